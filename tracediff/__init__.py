@@ -1,0 +1,9 @@
+"""tracediff: find the first op whose numbers change between two PyTorch runs."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from tracediff.api import record  # noqa: E402
+
+__all__ = ["__version__", "record"]

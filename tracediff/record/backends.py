@@ -1,0 +1,72 @@
+"""Backend names as users type them, resolved to what `torch.compile` takes.
+
+  eager              no compilation at all: torch.compile returns the function unchanged
+  dynamo             torch.compile(backend="eager"): graph capture only
+  aot_eager, inductor, ...   any registered torch.compile backend
+  pkg.module:attr    a custom backend callable, imported
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tracediff.errors import UserError
+
+EAGER = "eager"
+DYNAMO = "dynamo"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A resolved backend: its user-facing name and what torch.compile gets (None: don't compile)."""
+
+    name: str
+    compile_backend: str | Callable[..., Any] | None
+
+    @property
+    def compiles(self) -> bool:
+        return self.compile_backend is not None
+
+    @property
+    def is_inductor(self) -> bool:
+        return self.compile_backend == "inductor"
+
+
+def resolve_backend(name: str) -> Backend:
+    """Turn a user's backend name into a `Backend`; one-line UserError if it does not exist."""
+    name = name.strip()
+    if not name:
+        raise UserError("empty backend name; use e.g. eager, dynamo, aot_eager, inductor or pkg.module:attr")
+    if name == EAGER:
+        return Backend(name, None)
+    if name == DYNAMO:
+        return Backend(name, "eager")
+    if ":" in name:
+        return Backend(name, _import_callable(name))
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        raise UserError(
+            f"unknown backend {name!r}; known: eager, dynamo, {', '.join(sorted(known))}, or pkg.module:attr"
+        )
+    return Backend(name, name)
+
+
+def _import_callable(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"backend {spec!r}: cannot import module {module_name!r} ({e})") from None
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UserError(f"backend {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(target):
+        raise UserError(f"backend {spec!r}: {attr!r} is not callable")
+    return target

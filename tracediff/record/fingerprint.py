@@ -1,0 +1,90 @@
+"""Tensor fingerprints: a few statistics that can be compared with a tolerance.
+
+A fingerprint is a dict of plain numbers, computed in float64 so that the
+statistics of two float32 runs differ only by what the runs computed:
+
+  sum   sum of finite elements        (signed: catches sign and offset errors)
+  l1    sum of |x| over finite ones   (scale, the denominator of relative diffs)
+  l2    sqrt(sum x^2) over finite ones
+  max   max |x| over finite ones      (catches a single wrong element)
+  nan   number of NaN elements
+  inf   number of +-Inf elements
+  n     number of (real) elements; complex tensors count real and imaginary parts
+
+plus, in exact mode, `hash`: a digest of the raw bytes, for bitwise comparison.
+Fake and meta tensors have no data and get no fingerprint (None).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n")
+
+
+def has_data(t: torch.Tensor) -> bool:
+    """False for tensors whose values do not exist: meta, fake, functional wrappers."""
+    if t.is_meta or t.device.type == "meta":
+        return False
+    # FakeTensor and other wrapper subclasses carry no storage we may read.
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(t, FakeTensor):
+        return False
+    return not torch._is_functional_tensor(t)
+
+
+def _as_real_float64(t: torch.Tensor) -> torch.Tensor:
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x.resolve_conj())
+    if x.is_quantized:
+        x = x.dequantize()
+    return x.to(torch.float64).reshape(-1)
+
+
+def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
+    """Fingerprint of one tensor, or None when it has no data to read."""
+    if not has_data(t):
+        return None
+    with torch.no_grad():
+        x = _as_real_float64(t)
+        n = x.numel()
+        if n == 0:
+            fp: dict[str, Any] = {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0}
+        else:
+            nan = torch.isnan(x).sum()
+            inf = torch.isinf(x).sum()
+            nonfinite = int(nan) + int(inf)
+            if nonfinite:
+                x = x[torch.isfinite(x)]
+            if x.numel() == 0:
+                sums = [0.0, 0.0, 0.0, 0.0]
+            else:
+                a = x.abs()
+                sums = torch.stack([x.sum(), a.sum(), x.dot(x).sqrt(), a.max()]).tolist()
+            fp = {
+                "sum": sums[0], "l1": sums[1], "l2": sums[2], "max": sums[3],
+                "nan": int(nan), "inf": int(inf), "n": n,
+            }
+        if exact:
+            fp["hash"] = content_hash(t)
+    return fp
+
+
+def content_hash(t: torch.Tensor) -> str:
+    """Digest of the logical contents (shape, dtype and values in row-major order)."""
+    x = t.detach()
+    if x.is_conj():
+        x = x.resolve_conj()
+    if x.is_neg():
+        x = x.resolve_neg()
+    x = x.contiguous().cpu()
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{x.dtype}{tuple(x.shape)}".encode())
+    if x.numel():
+        h.update(x.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

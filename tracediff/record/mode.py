@@ -1,0 +1,233 @@
+"""The recorder: a TorchDispatchMode that streams one record per dispatched op.
+
+For each op it writes the inputs' fingerprints taken *before* the op runs (so
+in-place ops are seen), the outputs' fingerprints after, tensor ids for
+dataflow, the nn.Module path and the user source line. All state lives on the
+instance; nothing accumulates per op except the weak tensor -> id map, whose
+entries die with their tensors.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+from tracediff.record.fingerprint import fingerprint
+from tracediff.record.modules import ModuleStack
+from tracediff.record.source import SourceFinder
+from tracediff.trace.schema import OP, REGION
+from tracediff.trace.writer import TraceWriter
+
+# Ops that mark profiler ranges or are tracediff's own bookkeeping, not computation.
+_SKIPPED_NAMESPACES = frozenset({"profiler", "debug_mode_ops"})
+
+# Ops whose outputs are uninitialized memory: their values differ run to run by
+# design, so they are marked and never compared; a later op that *reads* them
+# before writing is what a nondeterminism report points at.
+_UNINITIALIZED_OUTPUT_OPS = frozenset(
+    {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+     "aten::empty_permuted"}
+)
+
+
+def op_name(func: Any) -> str:
+    """`aten::cos` for a default overload, `aten::addmm.out` otherwise."""
+    schema_name = func._schema.name  # "aten::addmm"
+    overload = func._overloadname
+    return schema_name if overload in ("default", "") else f"{schema_name}.{overload}"
+
+
+def _is_fake_context(args: Iterable[Any]) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    if isinstance(_get_current_dispatch_mode(), FakeTensorMode):
+        return True
+    return any(isinstance(a, FakeTensor) for a in args)
+
+
+def _named_tensors(func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """(argument name, tensor, is an output buffer) for every tensor argument."""
+    arguments = func._schema.arguments
+    for i, value in enumerate(args):
+        name = arguments[i].name if i < len(arguments) else str(i)
+        yield from _flatten(name, value, False)
+    by_name = {a.name: a for a in arguments}
+    for name, value in kwargs.items():
+        arg = by_name.get(name)
+        # out= buffers hold garbage before the op: their "input" value means nothing.
+        is_out_buffer = bool(arg is not None and arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write)
+        yield from _flatten(name, value, is_out_buffer)
+
+
+def _flatten(name: str, value: Any, is_out: bool) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    if isinstance(value, torch.Tensor):
+        yield name, value, is_out
+    elif isinstance(value, (list, tuple)):
+        for j, item in enumerate(value):
+            if isinstance(item, torch.Tensor):
+                yield f"{name}.{j}", item, is_out
+
+
+def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
+    if isinstance(result, torch.Tensor):
+        return [("0", result)]
+    if isinstance(result, (list, tuple)):
+        out = []
+        for j, item in enumerate(result):
+            if isinstance(item, torch.Tensor):
+                out.append((str(j), item))
+            elif isinstance(item, (list, tuple)):
+                out.extend((f"{j}.{k}", t) for k, t in enumerate(item) if isinstance(t, torch.Tensor))
+        return out
+    return []
+
+
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return t._version
+    except RuntimeError:  # inference-mode tensors have no version counter
+        return None
+
+
+class TraceRecorder(TorchDispatchMode):
+    """Records every dispatched op on real tensors to a `TraceWriter`."""
+
+    def __init__(self, writer: TraceWriter, *, exact: bool = False) -> None:
+        super().__init__()
+        self.writer = writer
+        self.exact = exact
+        self.modules = ModuleStack()
+        self.sources = SourceFinder()
+        self._tensor_ids: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self._next_tensor_id = 0
+        self._seq = 0
+        self.ops = 0
+        # Region stack: (region root module name) for each compiled region we are in.
+        self._regions: list[str] = []
+        # True while tracediff itself computes (fingerprints): those ops are not the program's.
+        self._internal = False
+
+    # Keep torch.compile's own tracing and compilation out of the recording and let
+    # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    # -- tensors ---------------------------------------------------------------
+
+    def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True) -> dict[str, Any]:
+        entry = self._tensor_ids.get(t)
+        version = _version(t)
+        if entry is None:
+            entry = [self._next_tensor_id, None, None]  # id, version fingerprinted at, fingerprint
+            self._next_tensor_id += 1
+            self._tensor_ids[t] = entry
+        fp = None
+        if take_fingerprint:
+            if version is not None and entry[1] == version:
+                fp = entry[2]  # unchanged since last fingerprinted: one read per value
+            else:
+                fp = fingerprint(t, exact=self.exact)
+                entry[1], entry[2] = version, fp
+        return {
+            "a": arg,
+            "id": entry[0],
+            "v": version,
+            "dt": str(t.dtype).removeprefix("torch."),
+            "sh": list(t.shape),
+            "dev": str(t.device),
+            "fp": fp,
+        }
+
+    def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]]) -> list[dict[str, Any]]:
+        """Describe tensors from outside dispatch (region boundaries) without recording our own ops."""
+        self._internal = True
+        try:
+            return [self._describe(name, t) for name, t in named]
+        finally:
+            self._internal = False
+
+    # -- dispatch ----------------------------------------------------------------
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if self._internal or func.namespace in _SKIPPED_NAMESPACES:
+            return func(*args, **kwargs)
+        flat_args = list(args) + list(kwargs.values())
+        if _is_fake_context(flat_args):
+            return func(*args, **kwargs)
+
+        self._internal = True
+        try:
+            inputs = [self._describe(name, t, not is_out) for name, t, is_out in _named_tensors(func, args, kwargs)]
+        finally:
+            self._internal = False
+
+        result = func(*args, **kwargs)
+
+        self._internal = True
+        try:
+            outputs = [self._describe(name, t) for name, t in _output_tensors(result)]
+            if func._schema.name in _UNINITIALIZED_OUTPUT_OPS:
+                for out in outputs:
+                    out["uninit"] = True
+            self._write_op(func, inputs, outputs)
+        finally:
+            self._internal = False
+        return result
+
+    def _write_op(self, func: Any, inputs: list, outputs: list) -> None:
+        source, fx = self.sources.find(sys._getframe(2))
+        module = self.modules.current
+        record: dict[str, Any] = {"t": OP, "i": self._seq, "op": op_name(func), "d": self.modules.depth + len(self._regions)}
+        if fx is not None:
+            root = self._regions[-1] if self._regions else None
+            module = ".".join(p for p in (root, fx.module) if p) or module
+            record["g"] = fx.graph
+        record["m"] = module
+        if source is not None:
+            record["src"] = source.short
+            record["path"] = source.path
+            record["code"] = source.code
+        record["in"] = inputs
+        record["out"] = outputs
+        if self.modules.in_backward:
+            record["bw"] = True
+        self.writer.write(record)
+        self._seq += 1
+        self.ops += 1
+
+    # -- compiled regions ----------------------------------------------------------
+
+    def region_enter(self, name: str, root: str, region: int, call: int, inputs: list[tuple[str, torch.Tensor]]) -> None:
+        record = {"t": REGION, "i": self._seq, "ev": "enter", "name": name, "r": region, "call": call,
+                  "d": self.modules.depth + len(self._regions), "m": self.modules.current or root,
+                  "in": self.describe_tensors(inputs)}
+        self._regions.append(root)
+        self.writer.write(record)
+        self._seq += 1
+
+    def region_exit(self, name: str, region: int, call: int, outputs: list[tuple[str, torch.Tensor]]) -> None:
+        if self._regions:
+            self._regions.pop()
+        record = {"t": REGION, "i": self._seq, "ev": "exit", "name": name, "r": region, "call": call,
+                  "d": self.modules.depth + len(self._regions), "out": self.describe_tensors(outputs)}
+        self.writer.write(record)
+        self._seq += 1
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def __enter__(self) -> "TraceRecorder":
+        self.modules.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self.modules.__exit__(*exc)
+

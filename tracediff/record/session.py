@@ -1,0 +1,163 @@
+"""One recording: header, recorder, compile redirect and footer, as a context manager.
+
+Used in-process by `tracediff.record(...)` and by the child process that
+`tracediff record` / `tracediff run` launch for each backend.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import random
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+import tracediff
+from tracediff.record.backends import Backend
+from tracediff.record.compile_redirect import CompileRedirect
+from tracediff.record.fingerprint import FINGERPRINT_KINDS
+from tracediff.record.mode import TraceRecorder
+from tracediff.trace.writer import TraceWriter
+
+
+def seed_everything(seed: int) -> None:
+    """Same seed for torch, random and numpy, so two runs draw the same numbers."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed)
+
+
+def device_description() -> str:
+    if torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name(0)})"
+    return "cpu"
+
+
+def numeric_settings() -> dict[str, Any]:
+    """Settings that change numbers; a header diff of these often explains a divergence."""
+    import torch._inductor.config as inductor_config
+
+    settings: dict[str, Any] = {
+        "default_dtype": str(torch.get_default_dtype()),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "num_threads": torch.get_num_threads(),
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "inductor": {
+            key: getattr(inductor_config, key, None)
+            for key in ("fallback_random", "emulate_precision_casts", "max_autotune", "freezing", "cpp_wrapper")
+        },
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TORCH", "TORCHINDUCTOR", "CUBLAS", "CUDA_"))},
+    }
+    return settings
+
+
+class RecordingSession:
+    """Records everything the program dispatches between enter and exit into `path`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        backend: Backend | None = None,
+        seed: int | None = 0,
+        exact: bool = False,
+        fallback_random: bool | None = None,
+        command: list[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.backend = backend
+        self.seed = seed
+        self.exact = exact
+        # Inductor generates its own random numbers unless told to call eager's.
+        if fallback_random is None:
+            fallback_random = bool(backend and backend.is_inductor)
+        self.fallback_random = fallback_random
+        self.command = command if command is not None else list(sys.argv)
+        self.writer: TraceWriter | None = None
+        self.recorder: TraceRecorder | None = None
+        self.redirect: CompileRedirect | None = None
+        self._restore_fallback_random: bool | None = None
+        self._started = 0.0
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "tracediff": tracediff.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "host": socket.gethostname(),
+            "device": device_description(),
+            "backend": self.backend.name if self.backend else "as-written",
+            "command": self.command,
+            "cwd": os.getcwd(),
+            "seed": self.seed,
+            "fingerprint": list(FINGERPRINT_KINDS) + (["hash"] if self.exact else []),
+            "exact": self.exact,
+            "fallback_random": self.fallback_random,
+            "settings": numeric_settings(),
+            "rank": int(os.environ.get("RANK", 0)),
+            "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def __enter__(self) -> "RecordingSession":
+        import torch._inductor.config as inductor_config
+
+        if self.seed is not None:
+            seed_everything(self.seed)
+        self._restore_fallback_random = inductor_config.fallback_random
+        inductor_config.fallback_random = self.fallback_random
+        self.writer = TraceWriter(self.path, self._header())
+        self.recorder = TraceRecorder(self.writer, exact=self.exact)
+        self.redirect = CompileRedirect(self.backend, self.recorder)
+        self.redirect.__enter__()
+        self.recorder.__enter__()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        import torch._inductor.config as inductor_config
+
+        assert self.writer and self.recorder and self.redirect
+        try:
+            self.recorder.__exit__(exc_type, exc, tb)
+        finally:
+            self.redirect.__exit__(exc_type, exc, tb)
+            inductor_config.fallback_random = self._restore_fallback_random
+            self.writer.close(self.footer(exc))
+
+    def footer(self, exc: BaseException | None) -> dict[str, Any]:
+        assert self.recorder and self.redirect
+        error = None
+        if exc is not None and not _is_clean_exit(exc):
+            error = {
+                "type": type(exc).__name__,
+                "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
+                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
+            }
+        return {
+            "ops": self.recorder.ops,
+            "compile_calls": self.redirect.compile_calls,
+            "dropped_compile_options": self.redirect.dropped_options,
+            "elapsed_s": round(time.perf_counter() - self._started, 3),
+            "error": error,
+        }
+
+
+def _is_clean_exit(exc: BaseException) -> bool:
+    return isinstance(exc, SystemExit) and exc.code in (None, 0)

@@ -1,0 +1,152 @@
+"""Which user source line and nn.Module an op comes from.
+
+The source line is the innermost stack frame outside torch, tracediff and the
+standard library: user code or third-party model code. Inside a compiled region
+the Python frames are the generated graph code, so the line comes from the FX
+node that is executing (its `stack_trace` meta), found through the graph
+module's line map.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import torch
+
+_FX_FRAME_PREFIX = "<eval_with_key>"
+_STACK_TRACE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    path: str
+    line: int
+    code: str
+
+    @property
+    def short(self) -> str:
+        return f"{os.path.basename(self.path)}:{self.line}"
+
+
+@dataclass(frozen=True)
+class FxNodeInfo:
+    """What an FX node tells about the user code it came from."""
+
+    source: SourceLocation | None
+    module: str | None
+    graph: str
+
+
+def _package_dir(module: Any) -> str:
+    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+
+
+class SourceFinder:
+    """Finds the user frame of the op being dispatched. Caches per code object."""
+
+    def __init__(self) -> None:
+        import tracediff
+
+        self._skip_prefixes = tuple(
+            {
+                _package_dir(torch),
+                _package_dir(tracediff),
+                sysconfig.get_paths()["stdlib"] + os.sep,
+            }
+        )
+        self._skip_code: dict[Any, bool] = {}
+        self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}
+
+    def _is_internal(self, frame: FrameType) -> bool:
+        code = frame.f_code
+        skip = self._skip_code.get(code)
+        if skip is None:
+            name = code.co_filename
+            skip = (
+                name.startswith(self._skip_prefixes)
+                or name.startswith("<")  # <frozen ...>, <string>, generated code
+                or "torchinductor_" in name  # inductor's generated wrapper modules
+            )
+            self._skip_code[code] = skip
+        return skip
+
+    def find(self, frame: FrameType | None) -> tuple[SourceLocation | None, FxNodeInfo | None]:
+        """(user source location, FX node info if inside a compiled graph)."""
+        fx: FxNodeInfo | None = None
+        while frame is not None:
+            if frame.f_code.co_filename.startswith(_FX_FRAME_PREFIX) and fx is None:
+                fx = self._fx_node_info(frame)
+                if fx is not None and fx.source is not None:
+                    return fx.source, fx
+            if not self._is_internal(frame):
+                path = frame.f_code.co_filename
+                line = frame.f_lineno
+                return SourceLocation(path, line, linecache.getline(path, line).strip()), fx
+            frame = frame.f_back
+        return None, fx
+
+    def _fx_node_info(self, frame: FrameType) -> FxNodeInfo | None:
+        gm = frame.f_locals.get("self")
+        if not isinstance(gm, torch.fx.GraphModule):
+            return None
+        key = (id(gm), frame.f_lineno)
+        if key in self._fx_line_cache:
+            return self._fx_line_cache[key]
+        info = None
+        # Same lookup as torch._utils uses for FX frames in stack traces.
+        lineno_map = getattr(gm, "_lineno_map", None) or {}
+        node_index = lineno_map.get(frame.f_lineno - getattr(gm, "_prologue_start", 0))
+        if node_index is not None:
+            nodes = list(gm.graph.nodes)
+            if 0 <= node_index < len(nodes):
+                info = _node_info(nodes[node_index], type(gm).__name__)
+        self._fx_line_cache[key] = info
+        return info
+
+
+def _node_info(node: torch.fx.Node, graph: str) -> FxNodeInfo:
+    source = None
+    stack_trace = node.meta.get("stack_trace")
+    if stack_trace:
+        # The innermost user frame is the last "File ..." entry outside torch.
+        frames = [m for m in _STACK_TRACE_LINE.finditer(stack_trace)]
+        torch_dir = _package_dir(torch)
+        user = [m for m in frames if not m.group("file").startswith(torch_dir)]
+        if user:
+            m = user[-1]
+            path, line = m.group("file"), int(m.group("line"))
+            source = SourceLocation(path, line, linecache.getline(path, line).strip())
+    module = None
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if stack:
+        # Values are (qualified path like "L['self'].block.act", class); the last is innermost.
+        path_name, _cls = list(stack.values())[-1]
+        module = _clean_fx_module_path(str(path_name))
+    return FxNodeInfo(source=source, module=module, graph=graph)
+
+
+_FX_PATH_PART = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+
+
+def _clean_fx_module_path(path: str) -> str:
+    """`L['self'].block._modules['act']` -> `block.act` (relative to the compiled module).
+
+    The first component names the compiled module's local variable (`self`,
+    `model`, ...), so it is dropped; the caller prefixes the region's root name.
+    """
+    path = _FX_PATH_PART.sub(lambda m: "." + m.group(1), path)
+    parts = [p for p in path.split(".") if p and p != "_modules"]
+    if parts and parts[0] == "L":
+        parts = parts[1:]
+    return ".".join(parts[1:])
+
+
+def caller_frame(depth: int = 1) -> FrameType | None:
+    return sys._getframe(depth + 1)

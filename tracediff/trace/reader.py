@@ -1,0 +1,118 @@
+"""Streaming JSONL reader that turns every kind of bad file into one clear line.
+
+`Trace` validates the header as soon as it is opened, then yields records
+lazily; once iteration ends it knows the footer and whether the file was cut
+off (no footer, or a half-written last line).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from tracediff.errors import TraceFormatError
+from tracediff.trace.schema import FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open_text(path: Path) -> IO[str]:
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == _GZIP_MAGIC:
+        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
+    return open(path, "r", encoding="utf-8", errors="strict")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, ended_with_newline); a cut-off gzip stream just ends."""
+    try:
+        with _open_text(path) as f:
+            for number, line in enumerate(f, start=1):
+                yield number, line, line.endswith("\n")
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return  # a gzip stream cut off mid-way: what came before stands
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path}: not a trace file (binary data, not UTF-8 JSON lines: {e.reason})") from None
+
+
+class Trace:
+    """One trace file. Iterate it for records; `footer`/`truncated` are known afterwards."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise TraceFormatError(f"{self.path}: no such file")
+        if self.path.is_dir():
+            raise TraceFormatError(f"{self.path}: is a directory, expected a .jsonl trace file")
+        if self.path.stat().st_size == 0:
+            raise TraceFormatError(f"{self.path}: empty file, not a trace")
+        self._lines = _lines(self.path)
+        self.header: dict[str, Any] = self._read_header()
+        self.footer: dict[str, Any] | None = None
+        self.truncated_at: int | None = None  # line number of a half-written line
+        self._exhausted = False
+
+    def _read_header(self) -> dict[str, Any]:
+        first = next(self._lines, None)
+        if first is None:
+            raise TraceFormatError(f"{self.path}: empty file, not a trace")
+        _, text, _ = first
+        try:
+            header = json.loads(text)
+        except json.JSONDecodeError:
+            raise TraceFormatError(f"{self.path}: not a trace file (line 1 is not JSON)") from None
+        if not isinstance(header, dict) or header.get("t") != HEADER:
+            raise TraceFormatError(f"{self.path}: not a tracediff trace (line 1 is not a trace header)")
+        schema = header.get("schema")
+        if schema != SCHEMA_VERSION:
+            raise TraceFormatError(
+                f"{self.path}: trace schema version {schema!r}, this tracediff reads version "
+                f"{SCHEMA_VERSION}; re-record it with this version of tracediff"
+            )
+        return header
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._exhausted:
+            raise RuntimeError("a Trace is read once; open it again to re-read")
+        for number, text, complete_line in self._lines:
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError:
+                if not complete_line:
+                    self.truncated_at = number  # the writer died mid-line
+                    break
+                raise TraceFormatError(f"{self.path}: line {number} is not JSON; the file is damaged") from None
+            kind = record.get("t") if isinstance(record, dict) else None
+            if kind == FOOTER:
+                self.footer = record
+                break
+            if kind not in RECORD_TYPES:
+                raise TraceFormatError(f"{self.path}: line {number} is not a trace record (type {kind!r})")
+            yield record
+        self._exhausted = True
+
+    @property
+    def truncated(self) -> bool:
+        """True once read to the end without finding a footer."""
+        return self._exhausted and self.footer is None
+
+    @property
+    def failed(self) -> dict[str, Any] | None:
+        """The recorded script's exception, if it raised."""
+        return (self.footer or {}).get("error")
+
+
+def read_trace(path: str | Path) -> tuple[Trace, list[dict[str, Any]]]:
+    """Read a whole trace into memory: the `Trace` (header, footer) and its records."""
+    trace = Trace(path)
+    records = list(trace)
+    return trace, records
+
+
+def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of a trace file, streamed."""
+    yield from Trace(path)

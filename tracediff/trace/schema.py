@@ -1,0 +1,40 @@
+"""The trace file format: one JSON object per line.
+
+Line 1 is the header, then records, then a footer. A file without a footer was
+cut off (crash, kill) and still reads back; readers mark it truncated.
+
+Records hold strings and numbers only, never tensors. Keys are short because a
+long program writes millions of records.
+
+header  {"t": "header", "schema": 1, "tracediff": ..., "torch": ..., "device": ...,
+         "backend": ..., "command": [...], "seed": ..., "fingerprint": [...],
+         "settings": {...}, "rank": 0, "world_size": 1, ...}
+op      {"t": "op", "i": seq, "op": "aten::cos", "d": depth, "m": module path,
+         "src": "model.py:42", "path": "/abs/model.py", "code": "y = torch.cos(x)",
+         "in": [tensor...], "out": [tensor...], "bw": true (backward only),
+         "g": "graph name" (inside a compiled region only)}
+region  {"t": "region", "i": seq, "ev": "enter" | "exit", "name": "Net.forward",
+         "r": region number, "call": call number, "in"/"out": [tensor...]}
+         A region is one call of a function the script passed to torch.compile,
+         recorded under every backend (eager included), so both runs share it.
+kernel  {"t": "kernel", ...}  generated kernels (inductor); reserved, see record/kernels.
+footer  {"t": "footer", "complete": true, "records": n, "ops": n,
+         "compile_calls": n, "error": null | {"type", "message", "traceback"}}
+
+tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
+         "sh": [2, 3], "dev": "cpu", "fp": fingerprint | null}
+         `id` is stable for one tensor object within a trace, so an input whose id
+         equals an earlier output's id was produced by that op (dataflow).
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+HEADER = "header"
+FOOTER = "footer"
+OP = "op"
+REGION = "region"
+KERNEL = "kernel"
+
+RECORD_TYPES = frozenset({OP, REGION, KERNEL})

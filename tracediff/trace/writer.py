@@ -1,0 +1,65 @@
+"""Streaming JSONL writer: nothing accumulates per record in Python."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from tracediff.trace.schema import FOOTER, HEADER, SCHEMA_VERSION
+
+# Flushing every record would dominate recording time; flushing never would
+# lose the tail of a run killed by a signal. Every few hundred records is both.
+_FLUSH_EVERY = 256
+
+
+def _open_for_write(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        # mtime=0 keeps the file byte-identical across identical runs.
+        raw = open(path, "wb")
+        return gzip.GzipFile(fileobj=raw, mode="wb", mtime=0)  # type: ignore[return-value]
+    return open(path, "w", encoding="utf-8")
+
+
+class TraceWriter:
+    """Writes a header, then records as they come, then a footer on close."""
+
+    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._gz = self.path.suffix == ".gz"
+        self._file = _open_for_write(self.path)
+        self._unflushed = 0
+        self.records = 0
+        self._encode = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
+        self._write_line({"t": HEADER, "schema": SCHEMA_VERSION, **header})
+        self._file.flush()
+
+    def _write_line(self, obj: dict[str, Any]) -> None:
+        line = self._encode(obj) + "\n"
+        self._file.write(line.encode("utf-8") if self._gz else line)  # type: ignore[arg-type]
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._write_line(record)
+        self.records += 1
+        self._unflushed += 1
+        if self._unflushed >= _FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+        self._unflushed = 0
+
+    def close(self, footer: dict[str, Any] | None = None) -> None:
+        """Write the footer (marks the file complete) and close."""
+        if self._file.closed:
+            return
+        self._write_line({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
+        self._file.close()
+
+    def abandon(self) -> None:
+        """Close without a footer: the file reads back as truncated."""
+        if not self._file.closed:
+            self._file.close()
