@@ -9,6 +9,7 @@ entries die with their tensors.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Iterable, Iterator
 
@@ -49,6 +50,10 @@ def _is_fake_context(args: Iterable[Any]) -> bool:
     return any(isinstance(a, FakeTensor) for a in args)
 
 
+def _is_written(arg: Any) -> bool:
+    return arg is not None and arg.alias_info is not None and arg.alias_info.is_write
+
+
 def _named_tensors(func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor, bool]]:
     """(argument name, tensor, is an output buffer) for every tensor argument."""
     arguments = func._schema.arguments
@@ -59,7 +64,7 @@ def _named_tensors(func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[str, 
     for name, value in kwargs.items():
         arg = by_name.get(name)
         # out= buffers hold garbage before the op: their "input" value means nothing.
-        is_out_buffer = bool(arg is not None and arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write)
+        is_out_buffer = bool(arg is not None and arg.kwarg_only and _is_written(arg))
         yield from _flatten(name, value, is_out_buffer)
 
 
@@ -70,6 +75,20 @@ def _flatten(name: str, value: Any, is_out: bool) -> Iterator[tuple[str, torch.T
         for j, item in enumerate(value):
             if isinstance(item, torch.Tensor):
                 yield f"{name}.{j}", item, is_out
+
+
+def _written_tensor_ids(func: Any, args: tuple, kwargs: dict) -> set[int]:
+    """Python ids of the tensor arguments the op writes (in-place self, out= buffers)."""
+    arguments = func._schema.arguments
+    written = set()
+    for i, value in enumerate(args):
+        if i < len(arguments) and _is_written(arguments[i]):
+            written.update(id(t) for _, t, _ in _flatten("", value, False))
+    by_name = {a.name: a for a in arguments}
+    for name, value in kwargs.items():
+        if _is_written(by_name.get(name)):
+            written.update(id(t) for _, t, _ in _flatten("", value, False))
+    return written
 
 
 def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
@@ -84,6 +103,13 @@ def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
                 out.extend((f"{j}.{k}", t) for k, t in enumerate(item) if isinstance(t, torch.Tensor))
         return out
     return []
+
+
+def _has_nonfinite_scalar(args: tuple, kwargs: dict) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, float) and not math.isfinite(value):
+            return True
+    return False
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -119,16 +145,24 @@ class TraceRecorder(TorchDispatchMode):
 
     # -- tensors ---------------------------------------------------------------
 
-    def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True) -> dict[str, Any]:
+    def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False) -> dict[str, Any]:
+        """Metadata and fingerprint of one tensor.
+
+        `mutated`: `t` is an output the op wrote in place. Autograd's
+        ADInplaceOrView kernel bumps its version only after this mode returns,
+        so the fingerprint is taken fresh and filed under the coming version.
+        """
         entry = self._tensor_ids.get(t)
         version = _version(t)
+        if mutated and version is not None:
+            version += 1
         if entry is None:
             entry = [self._next_tensor_id, None, None]  # id, version fingerprinted at, fingerprint
             self._next_tensor_id += 1
             self._tensor_ids[t] = entry
         fp = None
         if take_fingerprint:
-            if version is not None and entry[1] == version:
+            if not mutated and version is not None and entry[1] == version:
                 fp = entry[2]  # unchanged since last fingerprinted: one read per value
             else:
                 fp = fingerprint(t, exact=self.exact)
@@ -164,6 +198,7 @@ class TraceRecorder(TorchDispatchMode):
         self._internal = True
         try:
             inputs = [self._describe(name, t, not is_out) for name, t, is_out in _named_tensors(func, args, kwargs)]
+            written = _written_tensor_ids(func, args, kwargs) if func._schema.is_mutable else set()
         finally:
             self._internal = False
 
@@ -171,16 +206,16 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
-            outputs = [self._describe(name, t) for name, t in _output_tensors(result)]
+            outputs = [self._describe(name, t, mutated=id(t) in written) for name, t in _output_tensors(result)]
             if func._schema.name in _UNINITIALIZED_OUTPUT_OPS:
                 for out in outputs:
                     out["uninit"] = True
-            self._write_op(func, inputs, outputs)
+            self._write_op(func, args, kwargs, inputs, outputs)
         finally:
             self._internal = False
         return result
 
-    def _write_op(self, func: Any, inputs: list, outputs: list) -> None:
+    def _write_op(self, func: Any, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
         source, fx = self.sources.find(sys._getframe(2))
         module = self.modules.current
         record: dict[str, Any] = {"t": OP, "i": self._seq, "op": op_name(func), "d": self.modules.depth + len(self._regions)}
@@ -195,6 +230,8 @@ class TraceRecorder(TorchDispatchMode):
             record["code"] = source.code
         record["in"] = inputs
         record["out"] = outputs
+        if _has_nonfinite_scalar(args, kwargs):
+            record["nfs"] = True  # e.g. masked_fill(mask, -inf): Inf on purpose, not a NaN origin
         if self.modules.in_backward:
             record["bw"] = True
         self.writer.write(record)

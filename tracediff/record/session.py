@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -93,6 +94,7 @@ class RecordingSession:
         self.redirect: CompileRedirect | None = None
         self._restore_fallback_random: bool | None = None
         self._started = 0.0
+        self._warnings = warnings.catch_warnings()
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -108,7 +110,6 @@ class RecordingSession:
             "seed": self.seed,
             "fingerprint": list(FINGERPRINT_KINDS) + (["hash"] if self.exact else []),
             "exact": self.exact,
-            "fallback_random": self.fallback_random,
             "settings": numeric_settings(),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -125,6 +126,10 @@ class RecordingSession:
         self.writer = TraceWriter(self.path, self._header())
         self.recorder = TraceRecorder(self.writer, exact=self.exact)
         self.redirect = CompileRedirect(self.backend, self.recorder)
+        self._warnings.__enter__()
+        # Our module tracker's global hooks make torch warn about compiled modules;
+        # compile_redirect handles OptimizedModule itself, so the warning is noise.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self.redirect.__enter__()
         self.recorder.__enter__()
         self._started = time.perf_counter()
@@ -138,6 +143,7 @@ class RecordingSession:
             self.recorder.__exit__(exc_type, exc, tb)
         finally:
             self.redirect.__exit__(exc_type, exc, tb)
+            self._warnings.__exit__(exc_type, exc, tb)
             inductor_config.fallback_random = self._restore_fallback_random
             self.writer.close(self.footer(exc))
 

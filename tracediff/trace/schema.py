@@ -12,7 +12,8 @@ header  {"t": "header", "schema": 1, "tracediff": ..., "torch": ..., "device": .
 op      {"t": "op", "i": seq, "op": "aten::cos", "d": depth, "m": module path,
          "src": "model.py:42", "path": "/abs/model.py", "code": "y = torch.cos(x)",
          "in": [tensor...], "out": [tensor...], "bw": true (backward only),
-         "g": "graph name" (inside a compiled region only)}
+         "g": "graph name" (inside a compiled region only),
+         "nfs": true (a scalar argument is NaN/Inf, e.g. masked_fill(mask, -inf))}
 region  {"t": "region", "i": seq, "ev": "enter" | "exit", "name": "Net.forward",
          "r": region number, "call": call number, "in"/"out": [tensor...]}
          A region is one call of a function the script passed to torch.compile,

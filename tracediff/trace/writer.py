@@ -17,9 +17,9 @@ _FLUSH_EVERY = 256
 
 def _open_for_write(path: Path) -> IO[str]:
     if path.suffix == ".gz":
-        # mtime=0 keeps the file byte-identical across identical runs.
-        raw = open(path, "wb")
-        return gzip.GzipFile(fileobj=raw, mode="wb", mtime=0)  # type: ignore[return-value]
+        # mtime=0 keeps the file byte-identical across identical runs. GzipFile opens
+        # (and so closes) the file itself: a file passed as fileobj= is left open.
+        return gzip.GzipFile(path, mode="wb", mtime=0)  # type: ignore[return-value]
     return open(path, "w", encoding="utf-8")
 
 

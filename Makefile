@@ -1,0 +1,42 @@
+# tracediff: set up, demo, test, benchmark.
+# torch is installed pinned *first*: an open range would pull the newest
+# release with GBs of CUDA packages onto a CPU machine.
+
+PYTHON        ?= python3
+TORCH_VERSION ?= 2.13.0
+VENV          ?= .venv
+BIN           := $(VENV)/bin
+STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
+
+.PHONY: setup demo test test-fast test-slow bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+# The main job on a bundled example: a compile backend that computes sin where
+# the script wrote cos. tracediff names the op and line, and exits 1 (divergence).
+demo: setup
+	cd fixtures && ../$(BIN)/tracediff run wrong_decomposition.py \
+	    --backends eager,wrong_decomposition:wrong_cos_backend --out-dir ../.tracediff/demo; \
+	    status=$$?; echo "tracediff exit code: $$status (1 = divergence found, as expected)"; test $$status -eq 1
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .tracediff .pytest_cache

@@ -1,0 +1,52 @@
+"""Shared end-to-end runs: each (fixture, backends) pair runs once per test session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner
+
+from tracediff.cli import cli
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def marker_line(fixture: str, marker: str) -> int:
+    """Line number of the `# tracediff: <marker>` comment in a fixture."""
+    for number, line in enumerate((FIXTURES / fixture).read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# tracediff: {marker}"):
+            return number
+    raise AssertionError(f"no '# tracediff: {marker}' in {fixture}")
+
+
+class Result:
+    def __init__(self, exit_code: int, stdout: str, stderr: str) -> None:
+        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return json.loads(self.stdout)
+
+
+def invoke(*args: str) -> Result:
+    runner = CliRunner()
+    result = runner.invoke(cli, list(args), catch_exceptions=False)
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.fixture(scope="session")
+def run_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Result]:
+    cache: dict[tuple[str, ...], Result] = {}
+
+    def run(fixture: str, backends: str, *extra: str) -> Result:
+        key = (fixture, backends, *extra)
+        if key not in cache:
+            out = tmp_path_factory.mktemp(fixture.replace(".py", ""))
+            cache[key] = invoke("run", str(FIXTURES / fixture), "--backends", backends, "--out-dir", str(out),
+                                "--format", "json", *extra)
+        return cache[key]
+
+    return run

@@ -1,0 +1,45 @@
+"""Build small synthetic traces by hand, for testing alignment and verdicts without torch runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracediff.record.fingerprint import fingerprint
+from tracediff.trace.writer import TraceWriter
+
+
+class TraceBuilder:
+    """Write op/region records whose tensors are real values, so fingerprints are real."""
+
+    def __init__(self, path: Path, backend: str = "eager", compile_calls: int = 1) -> None:
+        self.writer = TraceWriter(path, {"backend": backend, "torch": torch.__version__, "device": "cpu"})
+        self.path = path
+        self.seq = 0
+        self.compile_calls = compile_calls
+        self._ids: dict[str, int] = {}
+
+    def tensor(self, name: str, value: torch.Tensor, arg: str = "self", **extra: Any) -> dict[str, Any]:
+        tid = self._ids.setdefault(name, len(self._ids))
+        return {"a": arg, "id": tid, "v": 0, "dt": str(value.dtype).removeprefix("torch."), "sh": list(value.shape),
+                "dev": "cpu", "fp": fingerprint(value), **extra}
+
+    def op(self, op: str, inputs: list[dict], outputs: list[dict], src: str = "model.py:1", module: str = "Net",
+           **extra: Any) -> int:
+        index = self.seq
+        self.writer.write({"t": "op", "i": index, "op": op, "d": 1, "m": module, "src": src, "code": "",
+                           "in": inputs, "out": outputs, **extra})
+        self.seq += 1
+        return index
+
+    def region(self, ev: str, tensors: list[dict], call: int = 0) -> None:
+        key = "in" if ev == "enter" else "out"
+        self.writer.write({"t": "region", "i": self.seq, "ev": ev, "name": "Net.forward", "r": 0, "call": call,
+                           "d": 0, key: tensors})
+        self.seq += 1
+
+    def close(self) -> Path:
+        self.writer.close({"ops": self.seq, "compile_calls": self.compile_calls, "error": None})
+        return self.path

@@ -1,0 +1,72 @@
+"""Fingerprint comparison under tolerances."""
+
+from __future__ import annotations
+
+import torch
+
+from tracediff.config import EXACT, Tolerance
+from tracediff.diff.compare import compare_fingerprints
+from tracediff.record.fingerprint import fingerprint
+
+F32 = Tolerance(1e-4, 1e-6)
+
+
+def _fp(t: torch.Tensor) -> dict:
+    fp = fingerprint(t, exact=True)
+    assert fp is not None
+    return fp
+
+
+def test_reordered_float32_sum_noise_passes() -> None:
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    y = x * (1 + 1e-7)
+    result = compare_fingerprints(_fp(x), _fp(y), F32)
+    assert result.ok and result.rel_diff < 1e-4
+
+
+def test_wrong_op_fails_and_names_the_tolerance() -> None:
+    x = torch.randn(100, generator=torch.Generator().manual_seed(0))
+    result = compare_fingerprints(_fp(torch.cos(x)), _fp(torch.sin(x)), F32)
+    assert not result.ok
+    assert result.rel_diff > 0.01
+    assert "rtol=0.0001" in result.describe()
+
+
+def test_single_element_error_is_caught() -> None:
+    x = torch.ones(10_000)
+    y = x.clone()
+    y[17] = 5.0
+    assert not compare_fingerprints(_fp(x), _fp(y), F32).ok
+
+
+def test_nan_never_passes_silently() -> None:
+    x = torch.ones(4)
+    y = x.clone()
+    y[0] = float("nan")
+    result = compare_fingerprints(_fp(x), _fp(y), Tolerance(1.0, 1.0))
+    assert not result.ok and result.nonfinite
+
+
+def test_same_nans_agree() -> None:
+    x = torch.tensor([1.0, float("nan")])
+    assert compare_fingerprints(_fp(x), _fp(x.clone()), F32).ok
+
+
+def test_cancelling_sum_is_judged_against_l1() -> None:
+    x = torch.tensor([1e6, -1e6, 1e-3])
+    y = torch.tensor([1e6, -1e6, 1.1e-3])
+    # the sums differ by 10%, but relative to the magnitudes summed it is 5e-11
+    assert compare_fingerprints(_fp(x), _fp(y), F32).ok
+
+
+def test_exact_uses_the_hash() -> None:
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0])
+    assert not compare_fingerprints(_fp(a), _fp(b), EXACT).ok
+    assert compare_fingerprints(_fp(a), _fp(a.clone()), EXACT).ok
+
+
+def test_integers_compare_exactly() -> None:
+    a = torch.arange(10)
+    b = a.clone()
+    b[3] += 1
+    assert not compare_fingerprints(_fp(a), _fp(b), EXACT).ok

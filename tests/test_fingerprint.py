@@ -1,0 +1,78 @@
+"""Fingerprints: every tensor kind the issue lists, and what they can tell apart."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tracediff.record.fingerprint import content_hash, fingerprint
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.arange(6, dtype=torch.int64).reshape(2, 3),
+        torch.tensor([True, False, True]),
+        torch.tensor([1 + 2j, -3 - 4j], dtype=torch.complex64),
+        torch.empty(0, 4),
+        torch.tensor(3.5),
+        torch.arange(12.0).reshape(3, 4).t(),  # non-contiguous view
+        torch.arange(8.0)[::2],
+        torch.ones(4, dtype=torch.bfloat16),
+        torch.ones(4, dtype=torch.float16),
+        torch.ones(4, dtype=torch.uint8),
+    ],
+    ids=["int64", "bool", "complex", "empty", "0-dim", "transposed", "strided", "bf16", "fp16", "uint8"],
+)
+def test_every_kind_of_tensor_gets_plain_numbers(tensor: torch.Tensor) -> None:
+    fp = fingerprint(tensor, exact=True)
+    assert fp is not None
+    assert set(fp) == {"sum", "l1", "l2", "max", "nan", "inf", "n", "hash"}
+    assert all(isinstance(fp[k], float) for k in ("sum", "l1", "l2", "max"))
+    assert fp["n"] == tensor.numel() * (2 if tensor.is_complex() else 1)
+
+
+def test_statistics_are_what_they_say() -> None:
+    fp = fingerprint(torch.tensor([3.0, -4.0]))
+    assert fp == {"sum": -1.0, "l1": 7.0, "l2": 5.0, "max": 4.0, "nan": 0, "inf": 0, "n": 2}
+
+
+def test_nan_and_inf_are_counted_and_excluded_from_the_sums() -> None:
+    fp = fingerprint(torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 2.0]))
+    assert fp["nan"] == 1 and fp["inf"] == 2
+    assert fp["sum"] == 3.0 and math.isfinite(fp["l2"])
+
+
+def test_all_nan_tensor() -> None:
+    fp = fingerprint(torch.full((3,), float("nan")))
+    assert fp["nan"] == 3 and fp["sum"] == 0.0
+
+
+def test_view_and_copy_fingerprint_alike() -> None:
+    base = torch.randn(5, 7)
+    assert fingerprint(base.t()) == fingerprint(base.t().contiguous())
+    assert content_hash(base.t()) == content_hash(base.t().contiguous())
+
+
+def test_hash_tells_apart_what_sums_cannot() -> None:
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0])
+    assert fingerprint(a) == fingerprint(b)  # a permutation keeps every statistic
+    assert content_hash(a) != content_hash(b)
+
+
+def test_meta_and_fake_tensors_have_no_fingerprint() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert fingerprint(torch.empty(3, device="meta")) is None
+    with FakeTensorMode():
+        fake = torch.empty(3)
+    assert fingerprint(fake) is None
+
+
+def test_float64_accumulation_sees_small_float32_differences() -> None:
+    x = torch.full((10_000,), 1.0)
+    y = x.clone()
+    y[1234] += 1e-3
+    assert fingerprint(x)["sum"] != fingerprint(y)["sum"]

@@ -1,0 +1,155 @@
+"""The recorder, in-process: what one record holds, and what it must not change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracediff
+from tracediff.trace.reader import read_trace
+
+HERE = Path(__file__).name
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.act = torch.nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        h = torch.cos(h)  # the cos line
+        return self.act(h)
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x).sum()
+
+
+def _ops(path: Path) -> list[dict]:
+    _, records = read_trace(path)
+    return [r for r in records if r["t"] == "op"]
+
+
+def _line_of(marker: str) -> int:
+    for number, line in enumerate(Path(__file__).read_text().splitlines(), start=1):
+        if marker in line and "_line_of" not in line:
+            return number
+    raise AssertionError(marker)
+
+
+def test_op_records_carry_module_source_and_fingerprints(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    net = Net()
+    with tracediff.record(tmp_path / "t.jsonl"):
+        net(torch.randn(2, 4))
+    cos = next(r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::cos")
+    assert cos["m"] == "Net.block"
+    assert cos["src"] == f"{HERE}:{_line_of('# the cos line')}"
+    assert cos["code"].startswith("h = torch.cos(h)")
+    (inp,), (out,) = cos["in"], cos["out"]
+    assert inp["dt"] == "float32" and inp["sh"] == [2, 4] and inp["dev"] == "cpu"
+    assert set(out["fp"]) >= {"sum", "l1", "l2", "max", "nan", "inf"}
+    gelu = next(r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::gelu")
+    assert gelu["m"] == "Net.block.act"
+    assert gelu["in"][0]["id"] == out["id"]  # dataflow: cos feeds gelu
+
+
+def test_source_is_user_code_not_torch(tmp_path: Path) -> None:
+    with tracediff.record(tmp_path / "t.jsonl"):
+        torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3))  # linear line
+    for record in _ops(tmp_path / "t.jsonl"):
+        if record["op"] == "aten::mm" or record["op"] == "aten::addmm":
+            assert record["src"] == f"{HERE}:{_line_of('# linear line')}"
+            assert "torch" not in record["path"].split("/")[-2:]
+
+
+def test_inplace_ops_see_inputs_before_and_outputs_after(tmp_path: Path) -> None:
+    with tracediff.record(tmp_path / "t.jsonl"):
+        x = torch.zeros(3)
+        x.add_(1)
+        y = x * 2
+        torch.add(y, 1, out=x)
+    zeros, add_, mul, add_out = _ops(tmp_path / "t.jsonl")
+    assert add_["in"][0]["fp"]["sum"] == 0.0 and add_["out"][0]["fp"]["sum"] == 3.0
+    assert mul["in"][0]["fp"]["sum"] == 3.0
+    assert add_["out"][0]["v"] == mul["in"][0]["v"]  # dataflow keys (id, version) line up
+    out_buffer = next(t for t in add_out["in"] if t["a"] == "out")
+    assert out_buffer["fp"] is None  # an out= buffer's old contents mean nothing
+    assert add_out["out"][0]["fp"]["sum"] == 9.0
+
+
+def test_uninitialized_outputs_are_marked(tmp_path: Path) -> None:
+    with tracediff.record(tmp_path / "t.jsonl"):
+        torch.empty(5)
+    (empty,) = _ops(tmp_path / "t.jsonl")
+    assert empty["out"][0]["uninit"] is True
+
+
+def test_backward_ops_are_tagged(tmp_path: Path) -> None:
+    net = Net()
+    x = torch.randn(2, 4, requires_grad=True)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        net(x).backward()
+    ops = _ops(tmp_path / "t.jsonl")
+    assert any(r.get("bw") for r in ops)
+    assert not any(r.get("bw") for r in ops if r["op"] == "aten::cos")
+
+
+def test_regions_are_recorded_under_eager_too(tmp_path: Path) -> None:
+    net = Net()
+    with tracediff.record(tmp_path / "t.jsonl", backend="eager"):
+        compiled = torch.compile(net)
+        assert compiled is net  # eager: the module itself, unchanged
+        compiled(torch.randn(2, 4))
+        compiled(torch.randn(2, 4))
+    trace, records = read_trace(tmp_path / "t.jsonl")
+    regions = [(r["ev"], r["name"], r["call"]) for r in records if r["t"] == "region"]
+    assert regions == [("enter", "Net.forward", 0), ("exit", "Net.forward", 0),
+                       ("enter", "Net.forward", 1), ("exit", "Net.forward", 1)]
+    assert trace.footer["compile_calls"] == 1
+
+
+def test_compiled_ops_get_source_and_module_from_the_graph(tmp_path: Path) -> None:
+    net = Net()
+    with tracediff.record(tmp_path / "t.jsonl", backend="aot_eager"):
+        torch.compile(net)(torch.randn(2, 4))
+    cos = next(r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::cos")
+    assert cos["g"]  # ran inside a compiled graph
+    assert cos["src"] == f"{HERE}:{_line_of('# the cos line')}"
+    assert cos["m"] == "Net.block"
+
+
+def test_recording_changes_no_result() -> None:
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(3, 4)
+    expected = net(x)
+    with tracediff.record("/dev/null"):
+        got = net(x)
+    assert torch.equal(expected, got)
+
+
+def test_an_exception_keeps_a_complete_trace(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        with tracediff.record(tmp_path / "t.jsonl"):
+            torch.ones(2) + 1
+            raise ValueError("boom")
+    trace, records = read_trace(tmp_path / "t.jsonl")
+    assert not trace.truncated
+    assert trace.failed["type"] == "ValueError" and trace.failed["message"] == "boom"
+    assert [r["op"] for r in records] == ["aten::ones", "aten::add.Tensor"]
+
+
+def test_gzip_trace(tmp_path: Path) -> None:
+    with tracediff.record(tmp_path / "t.jsonl.gz"):
+        torch.ones(2) * 3
+    assert len(_ops(tmp_path / "t.jsonl.gz")) == 2

@@ -1,0 +1,54 @@
+"""Pins on the torch internals tracediff relies on: if torch changes them, fail here first."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed._tools.mod_tracker import ModTracker
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+def test_modtracker_names_and_internal_tables() -> None:
+    # record/modules.py aliases an OptimizedModule through these two attributes.
+    tracker = ModTracker()
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    assert tracker._get_mod_name(net) == "Sequential"
+    assert tracker._get_mod_name(net[0]) == "Sequential.0"
+    assert isinstance(tracker._known_modules, dict) or hasattr(tracker._known_modules, "__setitem__")
+    assert hasattr(tracker._seen_modules, "add")
+    assert hasattr(tracker, "is_bw")
+
+
+def test_graph_module_line_map() -> None:
+    # record/source.py maps generated-code lines to FX nodes like torch._utils does.
+    gm = torch.fx.symbolic_trace(lambda x: torch.cos(x) + 1)
+    assert isinstance(gm._lineno_map, dict)
+    assert isinstance(gm._prologue_start, int)
+    node_indices = {v for v in gm._lineno_map.values() if v is not None}
+    assert node_indices <= set(range(len(list(gm.graph.nodes))))
+
+
+def test_dispatch_mode_sees_inplace_before_the_version_bump() -> None:
+    # record/mode.py files an in-place output under version + 1 because of this ordering.
+    seen = []
+
+    class Probe(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.add_.Tensor:
+                seen.append(args[0]._version)
+            return out
+
+    x = torch.zeros(2)
+    before = x._version
+    with Probe():
+        x.add_(1)
+    assert seen == [before]
+    assert x._version == before + 1
+
+
+def test_ignore_compile_internals_hook_exists() -> None:
+    assert hasattr(TorchDispatchMode, "ignore_compile_internals")
+
+
+def test_fake_tensor_check() -> None:
+    assert hasattr(torch, "_is_functional_tensor")

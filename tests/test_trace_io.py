@@ -1,0 +1,344 @@
+"""The trace writer and reader: round trips, bad files, cut-off files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracediff.errors import TraceFormatError, UserError
+from tracediff.trace.reader import Trace, iter_records, read_trace
+from tracediff.trace.schema import SCHEMA_VERSION
+from tracediff.trace.writer import TraceWriter
+
+HEADER = {"tracediff": "test", "torch": "2.x", "device": "cpu", "backend": "eager", "command": ["t.py"], "seed": 0}
+
+
+def _op(i: int, **extra: Any) -> dict[str, Any]:
+    tensor = {"a": "self", "id": i, "v": 0, "dt": "float32", "sh": [2, 3], "dev": "cpu",
+              "fp": {"sum": 1.5 * i, "l1": 2.0, "l2": 1.0, "max": 0.5, "nan": 0, "inf": 0, "n": 6}}
+    return {"t": "op", "i": i, "op": "aten::cos", "d": 1, "m": "Net.l", "src": "t.py:3", "in": [tensor],
+            "out": [dict(tensor, id=i + 1000)], **extra}
+
+
+def _write(path: Path, records: list[dict[str, Any]], footer: dict[str, Any] | None = None) -> None:
+    writer = TraceWriter(path, HEADER)
+    for record in records:
+        writer.write(record)
+    writer.close(footer)
+
+
+def _read(path: Path) -> tuple[Trace, list[dict[str, Any]]]:
+    trace = Trace(path)
+    return trace, list(trace)
+
+
+def _expect_error(path: Path, *phrases: str) -> str:
+    with pytest.raises(TraceFormatError) as info:
+        _read(path)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert message.strip(), "empty message"
+    for phrase in phrases:
+        assert phrase in message, message
+    return message
+
+
+# -- round trips ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+def test_round_trip(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    records = [_op(i) for i in range(600)]  # past the writer's flush interval
+    records.append({"t": "region", "i": 600, "ev": "enter", "name": "Net.forward", "r": 0, "call": 0, "in": []})
+    _write(path, records, {"ops": 600, "error": None})
+
+    trace, back = _read(path)
+    assert back == records
+    assert trace.header["t"] == "header"
+    assert trace.header["schema"] == SCHEMA_VERSION
+    assert {k: trace.header[k] for k in HEADER} == HEADER
+    assert trace.footer is not None
+    assert trace.footer["complete"] is True
+    assert trace.footer["records"] == len(records)
+    assert trace.footer["ops"] == 600
+    assert not trace.truncated
+    assert trace.truncated_at is None
+    assert trace.failed is None
+
+
+def test_gz_is_gzip_and_deterministic(tmp_path: Path) -> None:
+    a, b = tmp_path / "a" / "run.jsonl.gz", tmp_path / "b" / "run.jsonl.gz"  # writer makes parent dirs
+    for path in (a, b):
+        _write(path, [_op(i) for i in range(10)])
+    assert a.read_bytes()[:2] == b"\x1f\x8b"
+    assert a.read_bytes() == b.read_bytes()
+    with gzip.open(a, "rt") as f:
+        assert json.loads(f.readline())["t"] == "header"
+
+
+def test_gzip_detected_by_content_not_name(tmp_path: Path) -> None:
+    gz = tmp_path / "run.jsonl.gz"
+    _write(gz, [_op(0), _op(1)])
+    renamed = tmp_path / "run.jsonl"
+    renamed.write_bytes(gz.read_bytes())
+    trace, back = _read(renamed)
+    assert [r["i"] for r in back] == [0, 1]
+    assert not trace.truncated
+
+
+def test_non_finite_numbers_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    record = _op(0)
+    record["out"][0]["fp"].update(sum=float("nan"), max=float("inf"), l1=float("-inf"))
+    _write(path, [record])
+    _, (back,) = _read(path)
+    fp = back["out"][0]["fp"]
+    assert math.isnan(fp["sum"]) and fp["max"] == math.inf and fp["l1"] == -math.inf
+
+
+def test_footer_error_is_failed(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    error = {"type": "ValueError", "message": "boom", "traceback": "..."}
+    _write(path, [_op(0)], {"error": error})
+    trace, _ = _read(path)
+    assert trace.failed == error
+    assert not trace.truncated
+
+
+def test_helpers(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(0), _op(1)])
+    trace, records = read_trace(path)
+    assert [r["i"] for r in records] == [0, 1]
+    assert trace.footer is not None
+    assert [r["i"] for r in iter_records(path)] == [0, 1]
+
+
+def test_header_only_trace(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [])
+    trace, records = _read(path)
+    assert records == []
+    assert trace.footer is not None and trace.footer["records"] == 0
+    assert not trace.truncated
+
+
+def test_state_before_and_after_reading(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(0)])
+    trace = Trace(path)
+    assert trace.header["backend"] == "eager"  # header is read on open
+    assert trace.footer is None and not trace.truncated  # not known before reading
+    list(trace)
+    assert trace.footer is not None
+    with pytest.raises(RuntimeError):
+        list(trace)
+
+
+# -- bad input: one clear line, TraceFormatError (a UserError) --------------------------------
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    _expect_error(tmp_path / "nope.jsonl", "no such file", "nope.jsonl")
+
+
+def test_directory(tmp_path: Path) -> None:
+    _expect_error(tmp_path, "directory")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    _expect_error(path, "empty")
+
+
+def test_empty_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl.gz"
+    path.write_bytes(gzip.compress(b""))
+    _expect_error(path, "empty")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        bytes(range(256)) * 10,
+        b"\xff\xfe\x00\x01" * 100,
+        b"\x89PNG\r\n\x1a\n" + bytes(range(128, 256)) * 4,
+    ],
+    ids=["all-bytes", "utf16-bom", "png"],
+)
+def test_binary_garbage(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "garbage.jsonl"
+    path.write_bytes(data)
+    _expect_error(path, "not a trace")
+
+
+@pytest.mark.parametrize("text", ["hello world\nsecond line\n", "a,b,c\n1,2,3\n", "{not json\n"])
+def test_non_json_text(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "text.jsonl"
+    path.write_text(text)
+    _expect_error(path, "not JSON")
+
+
+@pytest.mark.parametrize(
+    "first_line",
+    [
+        {"t": "op", "i": 0, "op": "aten::cos"},
+        {"hello": "world"},
+        [1, 2, 3],
+        "just a string",
+        42,
+        None,
+    ],
+    ids=["record", "other-object", "list", "string", "number", "null"],
+)
+def test_first_line_not_header(tmp_path: Path, first_line: Any) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(first_line) + "\n" + json.dumps(_op(0)) + "\n")
+    _expect_error(path, "not a tracediff trace", "header")
+
+
+@pytest.mark.parametrize("schema", [0, 2, 99, "1", None])
+def test_wrong_schema_version(tmp_path: Path, schema: Any) -> None:
+    path = tmp_path / "run.jsonl"
+    header = {"t": "header", **HEADER}
+    if schema is not None:
+        header["schema"] = schema
+    path.write_text(json.dumps(header) + "\n")
+    message = _expect_error(path, "schema version", repr(schema), str(SCHEMA_VERSION))
+    assert "re-record" in message
+
+
+def test_damaged_middle_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(0), _op(1), _op(2)])
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2][: len(lines[2]) // 2] + "\n"  # record 1, cut but followed by more lines
+    path.write_text("".join(lines))
+    trace = Trace(path)
+    it = iter(trace)
+    assert next(it)["i"] == 0  # what comes before the damage reads fine
+    with pytest.raises(TraceFormatError) as info:
+        next(it)
+    assert "line 3" in str(info.value) and "damaged" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_damaged_middle_of_gzip_text(tmp_path: Path) -> None:
+    plain = tmp_path / "run.jsonl"
+    _write(plain, [_op(0), _op(1), _op(2)])
+    text = plain.read_text().replace('"i":1,', '"i":1,,,', 1)
+    gz = tmp_path / "run.jsonl.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    _expect_error(gz, "line 3", "damaged")
+
+
+@pytest.mark.parametrize("line", ['{"t": "bogus"}', '[1, 2]', '{"i": 3}'], ids=["unknown-type", "list", "no-type"])
+def test_middle_line_not_a_record(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(0), _op(1)])
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(2, line + "\n")
+    path.write_text("".join(lines))
+    _expect_error(path, "line 3", "not a trace record")
+
+
+def test_errors_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError):
+        Trace(tmp_path / "missing.jsonl")
+
+
+# -- cut-off files: read what is there, report truncated ---------------------------------
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+def test_abandoned_writer(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    writer = TraceWriter(path, HEADER)
+    for i in range(5):
+        writer.write(_op(i))
+    writer.abandon()
+    writer.abandon()  # idempotent
+    trace, records = _read(path)
+    assert [r["i"] for r in records] == list(range(5))
+    assert trace.truncated
+    assert trace.footer is None
+    assert trace.truncated_at is None
+    assert trace.failed is None
+
+
+def test_abandon_after_close_keeps_footer(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    writer = TraceWriter(path, HEADER)
+    writer.write(_op(0))
+    writer.close()
+    writer.abandon()
+    writer.close()  # no second footer
+    trace, records = _read(path)
+    assert len(records) == 1 and not trace.truncated
+    assert path.read_text().count('"footer"') == 1
+
+
+def test_half_written_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(0), _op(1), _op(2)])
+    lines = path.read_text().splitlines(keepends=True)
+    # header, records 0 and 1, then record 2 cut mid-line and no footer: a killed writer
+    path.write_text("".join(lines[:3]) + lines[3][:40])
+    trace, records = _read(path)
+    assert [r["i"] for r in records] == [0, 1]
+    assert trace.truncated
+    assert trace.truncated_at == 4
+
+
+def test_missing_footer_complete_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(0), _op(1)])
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))  # drop the footer only
+    trace, records = _read(path)
+    assert len(records) == 2
+    assert trace.truncated and trace.truncated_at is None
+
+
+def test_gzip_cut_in_the_middle(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl.gz"
+    records = [_op(i) for i in range(2000)]
+    _write(path, records)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    trace, back = _read(cut)
+    assert trace.truncated
+    assert 0 < len(back) < len(records)
+    assert back == records[: len(back)]  # a prefix, nothing invented
+
+
+@pytest.mark.parametrize("keep", [3, 12])
+def test_gzip_cut_before_the_header(tmp_path: Path, keep: int) -> None:
+    path = tmp_path / "run.jsonl.gz"
+    _write(path, [_op(0)])
+    path.write_bytes(path.read_bytes()[:keep])
+    _expect_error(path)
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+def test_flushed_records_readable_while_writer_is_open(tmp_path: Path, name: str) -> None:
+    """What a killed process leaves behind: everything up to the last periodic flush."""
+    path = tmp_path / name
+    writer = TraceWriter(path, HEADER)
+    try:
+        for i in range(300):
+            writer.write(_op(i))
+        trace, records = _read(path)
+        assert trace.truncated
+        assert 256 <= len(records) <= 300
+        assert records == [_op(i) for i in range(len(records))]
+    finally:
+        writer.abandon()

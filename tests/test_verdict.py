@@ -1,0 +1,136 @@
+"""Alignment and verdict on hand-built traces: cause vs echo, fusion, decompositions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tracediff.config import Config
+from tracediff.diff.engine import diff_traces
+from tracediff.report.build import build_report
+from tests.synth import TraceBuilder
+
+X = torch.linspace(-1, 1, 12).reshape(3, 4)
+W = torch.linspace(0.5, 1.5, 16).reshape(4, 4)
+
+
+def _report(a: Path, b: Path, config: Config | None = None) -> dict:
+    config = config or Config()
+    return build_report(diff_traces(a, b, config), [str(a), str(b)], config)
+
+
+def _chain(builder: TraceBuilder, wrong_cos: bool = False, fused: bool = False) -> None:
+    """x -> mm(W) -> sin -> cos -> exp -> sum, inside one compiled region."""
+    t = builder.tensor
+    builder.region("enter", [t("x", X, "in0")])
+    h = X @ W
+    builder.op("aten::mm.out" if fused else "aten::mm", [t("x", X), t("W", W, "mat2")], [t("h", h, "0")], src="m.py:10")
+    s = torch.sin(h)
+    c = torch.sin(s) if wrong_cos else torch.cos(s)
+    e = torch.exp(c)
+    if not fused:
+        builder.op("aten::sin", [t("h", h)], [t("s", s, "0")], src="m.py:11")
+        builder.op("aten::sin" if wrong_cos else "aten::cos", [t("s", s)], [t("c", c, "0")], src="m.py:12")
+        builder.op("aten::exp", [t("c", c)], [t("e", e, "0")], src="m.py:13")
+    total = e.sum()
+    builder.op("aten::sum", [t("e", e)], [t("total", total, "0")], src="m.py:14")
+    builder.region("exit", [t("total", total, "out0")])
+
+
+def test_identical_traces_match(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    _chain(a), _chain(b)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match" and report["exit_code"] == 0
+    assert report["first_divergence"] is None
+    assert report["compared"] == 7
+
+
+def test_wrong_op_is_pinned_and_later_ops_are_inherited(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "custom")
+    _chain(a), _chain(b, wrong_cos=True)
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged" and report["exit_code"] == 1
+    assert (first["kind"], first["op"], first["source"], first["index"]) == ("output", "aten::cos", "m.py:12", 3)
+    assert first["candidates"] == [{"op": "aten::cos", "index": 3, "source": "m.py:12", "module": "Net", "code": ""}]
+    assert first["b"]["op"] == "aten::sin"
+    assert first["rel_diff"] > 0.01
+    assert report["inherited"] == 3  # exp, sum, region exit: echoes, not causes
+
+
+def test_fused_ops_become_candidates(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _chain(a), _chain(b, wrong_cos=True, fused=True)
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert [c["op"] for c in first["candidates"]] == ["aten::sin", "aten::cos", "aten::exp"]
+    assert first["op"] == "aten::exp" and first["observed"]["op"] == "aten::sum"
+    assert first["inputs_agree"] is False
+
+
+def test_fusion_alone_is_no_divergence(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _chain(a), _chain(b, fused=True)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match"
+    assert report["unpaired"] == {"a": 3, "b": 0}
+    assert report["structure"]["count"] == 0  # inside compiled regions, fusion is not a structure difference
+
+
+def test_decomposition_pairs_by_value(tmp_path: Path) -> None:
+    bias = torch.ones(4)
+    out = torch.addmm(bias, X, W)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    a.op("aten::addmm", [a.tensor("bias", bias), a.tensor("x", X, "mat1"), a.tensor("W", W, "mat2")], [a.tensor("out", out, "0")])
+    a.op("aten::relu", [a.tensor("out", out)], [a.tensor("r", out.relu(), "0")])
+    mm = X @ W
+    b.op("aten::mm", [b.tensor("x", X), b.tensor("W", W, "mat2")], [b.tensor("mm", mm, "0")])
+    b.op("aten::add.Tensor", [b.tensor("mm", mm), b.tensor("bias", bias, "other")], [b.tensor("out", out, "0")])
+    b.op("aten::relu", [b.tensor("out", out)], [b.tensor("r", out.relu(), "0")])
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match"
+    assert report["paired"] == 2  # addmm <-> add (same values), relu <-> relu
+
+
+def test_nan_on_one_side_is_its_own_kind(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    good = torch.log(X.abs() + 1)
+    bad = torch.log(X)  # NaN for negatives
+    a.op("aten::log", [a.tensor("x", X)], [a.tensor("y", good, "0")], src="m.py:5")
+    b.op("aten::log", [b.tensor("x", X)], [b.tensor("y", bad, "0")], src="m.py:5")
+    report = _report(a.close(), b.close())
+    assert report["first_divergence"]["kind"] == "nan"
+    assert report["nan_origin"]["b"]["source"] == "m.py:5" and report["nan_origin"]["a"] is None
+
+
+def test_differing_program_input_is_said_so(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl")
+    a.op("aten::cos", [a.tensor("x", X)], [a.tensor("y", X.cos(), "0")])
+    b.op("aten::cos", [b.tensor("x", X + 1)], [b.tensor("y", (X + 1).cos(), "0")])
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first["op"] == "aten::cos" and first["inputs_agree"] is False
+    assert "program input" in first["note"]
+
+
+def test_structure_differences_fail_only_when_strict(tmp_path: Path) -> None:
+    def build(name: str, extra: bool) -> Path:
+        builder = TraceBuilder(tmp_path / name, compile_calls=0)
+        builder.op("aten::cos", [builder.tensor("x", X)], [builder.tensor("y", X.cos(), "0")])
+        if extra:
+            builder.op("aten::clone", [builder.tensor("y", X.cos())], [builder.tensor("z", X.cos(), "0")])
+        return builder.close()
+
+    a, b = build("a.jsonl", False), build("b.jsonl", True)
+    report = _report(a, b)
+    assert report["verdict"] == "match" and report["structure"]["count"] == 1
+    strict = _report(a, b, Config(strict_structure=True))
+    assert strict["verdict"] == "diverged" and strict["first_divergence"]["kind"] == "structure"
+
+
+def test_ignored_ops_are_not_causes(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "custom")
+    _chain(a), _chain(b, wrong_cos=True)
+    config = Config(ignore_ops=frozenset({"aten::cos"}))
+    first = _report(a.close(), b.close(), config)["first_divergence"]
+    assert first["op"] != "aten::cos"

@@ -1,0 +1,205 @@
+"""Command line: parse, call one core function, map its result to an exit code.
+
+No numerics here. A `UserError` becomes one line on stderr and exit 2; any
+other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from tracediff.errors import ExitCode, UserError
+
+_FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                       help="text for people, json (one object on stdout) for programs")
+
+
+def _tolerance_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed([
+        click.option("--rtol", type=float, help="relative tolerance for every float dtype (overrides the defaults)"),
+        click.option("--atol", type=float, help="absolute tolerance per element for every float dtype"),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="tracediff.yaml with tolerances, per-op/module overrides, ignores [default: ./tracediff.yaml]"),
+        click.option("--strict-structure", is_flag=True, default=None,
+                     help="fail on records present in one run only, not just on value differences"),
+        click.option("--exact", is_flag=True, default=None, help="bitwise comparison (records content hashes)"),
+    ]):
+        f = option(f)
+    return f
+
+
+def _echo_err(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _emit(report: dict[str, Any], fmt: str) -> int:
+    from tracediff.report.text import render_text
+
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(render_text(report), nl=False)
+    return int(report["exit_code"])
+
+
+def _load_config(config_path: str | None, **overrides: Any) -> Any:
+    from tracediff.config import load_config
+
+    return load_config(config_path).with_overrides(**overrides)
+
+
+class _Group(click.Group):
+    """Turns a UserError from any command into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            click.echo(f"tracediff: error: {e}", err=True)
+            ctx.exit(ExitCode.USAGE)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracediff")
+def cli() -> None:
+    """Find the first op whose numbers change between two PyTorch runs.
+
+    \b
+      tracediff run train.py --backends eager,inductor
+      tracediff record train.py -o run.jsonl
+      tracediff diff golden.jsonl run.jsonl
+      tracediff show run.jsonl --module encoder.layer.3
+
+    Exit codes: 0 no divergence, 1 divergence, 2 bad usage or input, 3 a run failed.
+    """
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path())
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="trace.jsonl", show_default=True,
+              help="trace file to write (.jsonl or .jsonl.gz)")
+@click.option("--backend", default=None, help="redirect the script's torch.compile to this backend [default: as written]")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed for torch, random and numpy")
+@click.option("--exact", is_flag=True, help="also record a bitwise hash of every tensor")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="seconds before the run is killed")
+def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int, exact: bool,
+           timeout: float) -> None:
+    """Run SCRIPT under the recorder and write one trace.
+
+    \b
+      tracediff record train.py -o run.jsonl -- --steps 2
+    """
+    from tracediff.record.backends import resolve_backend
+    from tracediff.run.launcher import check_script, record_in_subprocess
+
+    path = check_script(script)
+    if backend and ":" not in backend:
+        resolve_backend(backend)
+    result = record_in_subprocess(
+        path, list(_strip_dashdash(script_args)), backend=backend, trace=Path(output), seed=seed, exact=exact,
+        fallback_random=None, timeout=timeout, echo=_echo_err,
+    )
+    failure = result.failure()
+    if failure:
+        _echo_err(f"tracediff: {failure}; the trace up to that point is in {output}")
+        sys.exit(ExitCode.USAGE if result.returncode == ExitCode.USAGE else ExitCode.RUN_FAILED)
+    _echo_err(f"tracediff: wrote {output}")
+
+
+@cli.command()
+@click.argument("trace", type=click.Path())
+@click.option("--op", help="only ops whose name contains this, e.g. cos or aten::addmm")
+@click.option("--module", help="only ops in this module or below, e.g. Net.block")
+@click.option("--range", "index_range", help="only records with index in START:END (END exclusive), or one INDEX")
+@click.option("--nan", "nan_only", is_flag=True, help="only ops whose outputs hold NaN or Inf")
+@click.option("--limit", type=int, default=None, help="stop after this many lines")
+def show(trace: str, op: str | None, module: str | None, index_range: str | None, nan_only: bool,
+         limit: int | None) -> None:
+    """Print a recording as a readable listing, grouped by module and source line.
+
+    \b
+      tracediff show run.jsonl --module encoder.layer.3
+      tracediff show run.jsonl --nan
+    """
+    from tracediff.report.listing import ListingFilter, parse_range, render_listing
+    from tracediff.trace.reader import Trace
+
+    flt = ListingFilter(op=op, module=module, index_range=parse_range(index_range) if index_range else None,
+                        nan_only=nan_only)
+    opened = Trace(trace)
+    for line in render_listing(opened, flt, max_lines=limit):
+        click.echo(line)
+    if opened.truncated:
+        sys.exit(ExitCode.USAGE)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path())
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--backends", default="eager,inductor", show_default=True,
+              help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="where traces and report go [default: .tracediff/<time>/]")
+@click.option("--timeout", type=float, default=None, help="seconds per run before it is killed [default: 900]")
+@click.option("--seed", type=int, default=None, help="seed for torch, random and numpy in both runs [default: 0]")
+@click.option("--fallback-random/--no-fallback-random", default=None,
+              help="inductor calls eager's RNG so random ops agree [default: on for inductor]")
+@_tolerance_options
+@_FORMAT
+def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str | None, timeout: float | None,
+        seed: int | None, fallback_random: bool | None, rtol: float | None, atol: float | None,
+        config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+    """Run SCRIPT under two backends, diff the recordings, report the first divergence.
+
+    Arguments after -- go to the script. Exit 1 on divergence, so it gates CI.
+
+    \b
+      tracediff run train.py --backends eager,inductor
+      tracediff run train.py --backends eager,aot_eager --format json -- --steps 2
+    """
+    from tracediff.run.pipeline import parse_backends, run_and_diff
+
+    names = parse_backends(backends, script)
+    config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
+                          timeout=timeout, seed=seed, fallback_random=fallback_random)
+    report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err)
+    _echo_err(f"tracediff: traces and report in {report['run_dir']}")
+    sys.exit(_emit(report, fmt))
+
+
+@cli.command()
+@click.argument("trace_a", type=click.Path())
+@click.argument("trace_b", type=click.Path())
+@_tolerance_options
+@_FORMAT
+def diff(trace_a: str, trace_b: str, rtol: float | None, atol: float | None, config_path: str | None,
+         strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+    """Compare two recordings: A is the reference (e.g. a golden trace), B the run under test.
+
+    \b
+      tracediff diff golden.jsonl run.jsonl --format json
+    """
+    from tracediff.diff.engine import diff_traces
+    from tracediff.report.build import build_report
+
+    config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
+    result = diff_traces(trace_a, trace_b, config)
+    sys.exit(_emit(build_report(result, [trace_a, trace_b], config), fmt))
+
+
+def _strip_dashdash(args: tuple[str, ...]) -> tuple[str, ...]:
+    return args[1:] if args[:1] == ("--",) else args
+
+
+def main() -> None:
+    """Console entry point."""
+    cli()
+
+
+if __name__ == "__main__":
+    main()

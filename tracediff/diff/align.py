@@ -1,0 +1,72 @@
+"""Align two traces whose op sequences differ (decompositions, fusion, renames).
+
+Three tiers, each refining the gaps the previous one left:
+
+1. primary keys (op family + output shapes; regions by identity) over the
+   whole traces: pairs everything that is structurally the same;
+2. inside each gap, value keys (rounded fingerprints): pairs ops that compute
+   the same values under different names, e.g. eager `addmm` with the `add`
+   that ends aot_eager's `mm` + `add` decomposition;
+3. inside what remains, output shapes alone: pairs ops that stand in the same
+   place with the same shapes but compute differently, which is exactly where
+   a wrong decomposition (`cos` computed as `sin`) shows.
+
+Every tier runs `align_sequences`, near-linear on mostly-equal inputs, so the
+whole is too. Pairs are monotone in both traces.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Callable, Sequence
+
+from tracediff.diff.sequence import align_sequences
+from tracediff.diff.skeleton import Skeleton
+
+Pairs = list[tuple[int, int]]
+
+
+def _gaps(pairs: Pairs, len_a: int, len_b: int) -> list[tuple[int, int, int, int]]:
+    """The unpaired stretches [a0, a1) x [b0, b1) between consecutive pairs, non-empty on both sides."""
+    gaps = []
+    prev_a, prev_b = -1, -1
+    for i, j in [*pairs, (len_a, len_b)]:
+        if i - prev_a > 1 and j - prev_b > 1:
+            gaps.append((prev_a + 1, i, prev_b + 1, j))
+        prev_a, prev_b = i, j
+    return gaps
+
+
+def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int, int], tuple[Sequence, Sequence]]) -> Pairs:
+    refined: Pairs = []
+    for a0, a1, b0, b1 in _gaps(pairs, len_a, len_b):
+        ka, kb = keys(a0, a1, b0, b1)
+        refined.extend((a0 + i, b0 + j) for i, j in align_sequences(ka, kb))
+    return sorted(pairs + refined)
+
+
+def _sources_differ(a: Skeleton, b: Skeleton, i: int, j: int) -> bool:
+    return bool(a.source[i]) and bool(b.source[j]) and a.source[i] != b.source[j]
+
+
+def align(a: Skeleton, b: Skeleton) -> array:
+    """For each alignable record of `a`, the index of its partner in `b`, or -1."""
+    pairs = align_sequences(a.primary, b.primary)
+
+    def value_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[list, list]:
+        # Records without a value get keys that match nothing.
+        ka = [a.value[i] if a.has_value[i] else ("a", i) for i in range(a0, a1)]
+        kb = [b.value[j] if b.has_value[j] else ("b", j) for j in range(b0, b1)]
+        return ka, kb
+
+    def signature_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
+        return a.signature[a0:a1], b.signature[b0:b1]
+
+    pairs = _refine(pairs, len(a), len(b), value_keys)
+    shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys)) - set(pairs)
+    # Same shapes alone is weak evidence: drop pairs whose source lines are both known and differ.
+    pairs = sorted(pairs + [(i, j) for i, j in shape_pairs if not _sources_differ(a, b, i, j)])
+    partner = array("q", [-1]) * len(a)
+    for i, j in pairs:
+        partner[i] = j
+    return partner

@@ -1,0 +1,49 @@
+"""Diff two trace files: skeletons, alignment, verdict, header differences."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracediff.config import Config
+from tracediff.diff.align import align
+from tracediff.diff.skeleton import build_skeleton
+from tracediff.diff.verdict import DiffResult, find_divergence
+
+# Header fields that differ between any two runs and explain nothing.
+_HEADER_NOISE = ("started", "t")
+
+
+def diff_traces(path_a: str | Path, path_b: str | Path, config: Config) -> DiffResult:
+    """Align trace B to reference trace A and find the first divergence."""
+    a = build_skeleton(path_a)
+    b = build_skeleton(path_b)
+    partner = align(a, b)
+    return find_divergence(a, b, partner, config)
+
+
+def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two headers (deepdiff), e.g. `torch: 2.12 -> 2.13`."""
+    from deepdiff import DeepDiff
+
+    a = {k: v for k, v in a.items() if k not in _HEADER_NOISE}
+    b = {k: v for k, v in b.items() if k not in _HEADER_NOISE}
+    diff = DeepDiff(a, b, verbose_level=2)
+    lines: list[str] = []
+    for path, change in diff.get("values_changed", {}).items():
+        lines.append(f"{_path(path)}: {change['old_value']!r} -> {change['new_value']!r}")
+    for path, change in diff.get("type_changes", {}).items():
+        lines.append(f"{_path(path)}: {change['old_value']!r} -> {change['new_value']!r}")
+    for path, value in diff.get("dictionary_item_added", {}).items():
+        lines.append(f"{_path(path)}: only in B ({value!r})")
+    for path, value in diff.get("dictionary_item_removed", {}).items():
+        lines.append(f"{_path(path)}: only in A ({value!r})")
+    for kind in ("iterable_item_added", "iterable_item_removed"):
+        for path, value in diff.get(kind, {}).items():
+            lines.append(f"{_path(path)}: {'added' if kind.endswith('added') else 'removed'} {value!r}")
+    return sorted(lines)
+
+
+def _path(deepdiff_path: str) -> str:
+    """root['settings']['inductor']['fallback_random'] -> settings.inductor.fallback_random"""
+    return deepdiff_path.removeprefix("root").replace("']['", ".").strip("[]'").replace("'][", "[").replace("]['", ".")

@@ -1,0 +1,114 @@
+"""Pass 1 of a diff: reduce a trace to integer keys for alignment.
+
+Only a few machine words per record stay in memory, so traces of millions of
+ops align without holding their records. Pass 2 (verdict) re-reads the files
+in the same order, using `alignable` to skip the same records.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from tracediff.trace.reader import Trace
+from tracediff.trace.schema import KERNEL, OP, REGION
+
+# Ops that move no values: their number differs between eager and compiled
+# runs for bookkeeping reasons (autograd detaches, aliasing), never numerics.
+NO_VALUE_OPS = frozenset({"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::_to_copy_meta"})
+
+
+def base_op(name: str) -> str:
+    """`aten::addmm.out` -> `aten::addmm`; `aten::add_.Tensor` -> `aten::add` (functionalized form)."""
+    base = name.split(".", 1)[0]
+    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+def alignable(record: dict[str, Any]) -> bool:
+    kind = record["t"]
+    if kind == OP:
+        return base_op(record["op"]) not in NO_VALUE_OPS
+    return kind in (REGION, KERNEL)
+
+
+def _signature(tensors: list[dict[str, Any]]) -> tuple:
+    return tuple((t["dt"], tuple(t["sh"])) for t in tensors)
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
+    """(primary, signature, value) hashes of one alignable record.
+
+    primary: op family and output shapes (regions: their identity);
+    signature: output shapes only; value: the first output's rounded
+    fingerprint, None when there is no value to match on.
+    """
+    kind = record["t"]
+    if kind == REGION:
+        identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
+        return identity, identity, None
+    outs = record.get("out") or []
+    signature = _signature(outs)
+    name = record.get("op") or record.get("name", "")
+    primary = hash((kind, base_op(name), signature))
+    value = None
+    for t in outs:
+        fp = t.get("fp")
+        if fp and not t.get("uninit") and fp.get("n"):
+            value = hash((t["dt"], tuple(t["sh"]), _round(fp["sum"]), _round(fp["l1"]), fp["nan"], fp["inf"]))
+            break
+    return primary, hash(("sig", signature)), value
+
+
+@dataclass
+class Skeleton:
+    """Integer keys of a trace's alignable records, in order, plus its header/footer."""
+
+    path: Path
+    header: dict[str, Any]
+    footer: dict[str, Any] | None = None
+    truncated: bool = False
+    primary: array = field(default_factory=lambda: array("q"))
+    signature: array = field(default_factory=lambda: array("q"))
+    value: array = field(default_factory=lambda: array("q"))
+    has_value: bytearray = field(default_factory=bytearray)
+    source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
+    regions: int = 0
+    ops: int = 0
+
+    def __len__(self) -> int:
+        return len(self.primary)
+
+
+def build_skeleton(path: str | Path) -> Skeleton:
+    trace = Trace(path)
+    skeleton = Skeleton(Path(path), trace.header)
+    for record in trace:
+        if record["t"] == OP:
+            skeleton.ops += 1
+        elif record["t"] == REGION:
+            skeleton.regions += 1
+        if not alignable(record):
+            continue
+        primary, signature, value = keys_of(record)
+        skeleton.primary.append(primary)
+        skeleton.signature.append(signature)
+        skeleton.value.append(value if value is not None else 0)
+        skeleton.has_value.append(value is not None)
+        src = record.get("src")
+        skeleton.source.append(hash(src) if src else 0)
+    skeleton.footer = trace.footer
+    skeleton.truncated = trace.truncated
+    return skeleton
+
+
+def alignable_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The records `build_skeleton` keyed, in the same order (pass 2)."""
+    for record in Trace(path):
+        if alignable(record):
+            yield record

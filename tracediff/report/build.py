@@ -1,0 +1,150 @@
+"""Turn a diff result (and the runs behind it) into the report: a plain dict.
+
+This is the one place that decides the verdict and exit code. The dict is the
+JSON contract of DESIGN.md (`verdict`, `exit_code`, `traces`,
+`first_divergence` with `kind`, `op`, `index`, `source`, `module`,
+`rel_diff`, `candidates`); everything else is extra.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from tracediff.config import Config
+from tracediff.diff.engine import header_differences
+from tracediff.diff.verdict import DiffResult, Divergence, Place, TensorDiff
+from tracediff.errors import ExitCode
+from tracediff.run.launcher import RunResult
+
+
+def _number(x: float | None) -> float | None:
+    """JSON has no Infinity: report it as null (the comparison text says why)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return x
+
+
+def _tensor(d: TensorDiff) -> dict[str, Any]:
+    return {
+        "side": d.side,
+        "arg": d.arg,
+        "dtype": d.dtype,
+        "shape": list(d.shape),
+        "fingerprint_a": d.a,
+        "fingerprint_b": d.b,
+        "rel_diff": _number(d.comparison.rel_diff),
+        "statistic": d.comparison.statistic,
+        "tolerance": {"rtol": d.comparison.tolerance.rtol, "atol": d.comparison.tolerance.atol},
+        "comparison": d.comparison.describe(),
+    }
+
+
+def _divergence(d: Divergence) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": d.kind,
+        "op": d.a.op,
+        "index": d.a.index,
+        "source": d.a.source,
+        "module": d.a.module,
+        "rel_diff": _number(d.rel_diff),
+        "candidates": [p.as_dict() for p in d.candidates],
+        "code": d.a.code,
+        "path": d.a.path,
+        "inputs_agree": d.inputs_agree,
+        "note": d.note,
+        "observed": d.observed.as_dict() if d.observed else None,
+        "b": d.b.as_dict() if d.b else None,
+        "tensor": _tensor(d.worst) if d.worst else None,
+    }
+    return out
+
+
+def _place(p: Place | None) -> dict[str, Any] | None:
+    return p.as_dict() if p else None
+
+
+def _run(run: RunResult | None, skeleton_footer: dict[str, Any] | None, truncated: bool, header: dict[str, Any]) -> dict[str, Any]:
+    footer = skeleton_footer or {}
+    info: dict[str, Any] = {
+        "backend": header.get("backend"),
+        "complete": not truncated,
+        "ops": footer.get("ops"),
+        "compile_calls": footer.get("compile_calls"),
+        "error": footer.get("error"),
+        "failure": None,
+    }
+    if run is not None:
+        info.update(returncode=run.returncode, timed_out=run.timed_out, elapsed_s=round(run.elapsed_s, 2), log=str(run.log))
+        info["failure"] = run.failure()
+    if info["failure"] is None:
+        if truncated:
+            info["failure"] = "the trace ends without a footer: the run crashed or was killed"
+        elif footer.get("error"):
+            err = footer["error"]
+            info["failure"] = f"the script raised {err.get('type')}: {err.get('message')}"
+    return info
+
+
+def build_report(
+    result: DiffResult,
+    traces: Sequence[str],
+    config: Config,
+    runs: Sequence[RunResult | None] = (None, None),
+) -> dict[str, Any]:
+    run_a = _run(runs[0], result.a.footer, result.a.truncated, result.a.header)
+    run_b = _run(runs[1], result.b.footer, result.b.truncated, result.b.header)
+    failed = [r for r in (run_a, run_b) if r["failure"]]
+    first = result.first
+    if failed:
+        verdict, code = "failed", ExitCode.RUN_FAILED
+    elif first is not None:
+        verdict, code = "diverged", ExitCode.DIVERGED
+    else:
+        verdict, code = "match", ExitCode.MATCH
+
+    notes: list[str] = []
+    compile_calls = [r["compile_calls"] for r in (run_a, run_b)]
+    compiled = any(compile_calls)
+    if not compiled and not failed:
+        notes.append("the script never reached torch.compile: both runs were plain eager, "
+                     "so this comparison says nothing about a compiler")
+    if result.paired == 0 and not failed:
+        notes.append("no op of A could be paired with one of B: are these recordings of the same program?")
+    if first is None and (result.nan_origin_a or result.nan_origin_b):
+        notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
+
+    return {
+        "verdict": verdict,
+        "exit_code": int(code),
+        "traces": [str(t) for t in traces],
+        "first_divergence": _divergence(first) if first else None,
+        "inherited": result.inherited,
+        "compared": result.compared,
+        "paired": result.paired,
+        "unpaired": {"a": result.unpaired_a, "b": result.unpaired_b},
+        "structure": {"count": result.structure_count, "examples": result.structure, "strict": config.strict_structure},
+        "nan_origin": {"a": _place(result.nan_origin_a), "b": _place(result.nan_origin_b)},
+        "compiled": compiled,
+        "runs": [run_a, run_b],
+        "header_differences": header_differences(result.a.header, result.b.header),
+        "tolerances": {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
+        "exact": config.exact,
+        "notes": notes,
+    }
+
+
+def failed_run_report(traces: Sequence[str], runs: Sequence[RunResult], reason: str) -> dict[str, Any]:
+    """The report when a run left no trace that can be read at all."""
+    return {
+        "verdict": "failed",
+        "exit_code": int(ExitCode.RUN_FAILED),
+        "traces": [str(t) for t in traces],
+        "first_divergence": None,
+        "runs": [
+            {"backend": r.backend, "failure": r.failure(), "returncode": r.returncode, "timed_out": r.timed_out,
+             "log": str(r.log)}
+            for r in runs
+        ],
+        "notes": [reason],
+    }

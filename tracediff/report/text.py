@@ -1,0 +1,106 @@
+"""Render a report dict as text for a terminal. Pure: dict in, str out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_VERDICT_LINE = {
+    "match": "MATCH: no divergence",
+    "diverged": "DIVERGED",
+    "failed": "FAILED: a run did not complete",
+}
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def _fingerprint(fp: dict[str, Any] | None) -> str:
+    if not fp:
+        return "(no data)"
+    parts = [f"{k}={_fmt(fp[k])}" for k in ("sum", "l1", "l2", "max") if k in fp]
+    parts += [f"{k}={fp[k]}" for k in ("nan", "inf") if fp.get(k)]
+    return " ".join(parts)
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines: list[str] = []
+    backends = [r.get("backend") for r in report.get("runs", [])]
+    title = " vs ".join(str(b) for b in backends if b) or "A vs B"
+    lines.append(f"tracediff: {title}")
+    for label, path in zip("AB", report.get("traces", [])):
+        lines.append(f"  {label}: {path}")
+    for label, run in zip("AB", report.get("runs", [])):
+        if run.get("failure"):
+            lines.append(f"  run {label} failed: {run['failure']}")
+    lines.append("")
+    lines.append(_VERDICT_LINE[report["verdict"]])
+
+    first = report.get("first_divergence")
+    if first:
+        lines += _render_divergence(first, report.get("inherited", 0))
+    elif report["verdict"] == "failed" and "compared" in report:
+        lines.append(f"  no divergence in the {report['compared']} records compared before the failure")
+    elif report["verdict"] == "match":
+        lines.append(f"  {report.get('compared', 0)} paired records agree within tolerance "
+                     f"(float32 {_tol(report, 'float32')})")
+        unpaired = report.get("unpaired") or {}
+        if unpaired.get("a"):
+            lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
+                         "the values they feed into agree")
+
+    structure = report.get("structure") or {}
+    if structure.get("count"):
+        lines.append("")
+        lines.append(f"structure: {structure['count']} record(s) on one side only"
+                     + ("" if structure.get("strict") else " (not a failure; --strict-structure makes it one)"))
+        lines += [f"  {e}" for e in structure.get("examples", [])]
+    nan = report.get("nan_origin") or {}
+    for label in ("a", "b"):
+        place = nan.get(label)
+        if place:
+            lines.append(f"first NaN/Inf in {label.upper()}: {place['op']} at {place['source']} "
+                         f"[{place['module']}] (#{place['index']})")
+    if report.get("header_differences"):
+        lines.append("")
+        lines.append("header differences (A -> B):")
+        lines += [f"  {d}" for d in report["header_differences"]]
+    for note in report.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def _tol(report: dict[str, Any], dtype: str) -> str:
+    t = (report.get("tolerances") or {}).get(dtype)
+    return f"rtol={t['rtol']:g}, atol={t['atol']:g}" if t else ""
+
+
+def _render_divergence(first: dict[str, Any], inherited: int) -> list[str]:
+    lines = [f"  first divergence ({first['kind']}): {first['op']}  (#{first['index']})"]
+    lines.append(f"    at     {first.get('source')}  {first.get('code') or ''}".rstrip())
+    lines.append(f"    module {first.get('module')}")
+    tensor = first.get("tensor")
+    observed = first.get("observed")
+    if observed and observed.get("index") != first["index"]:
+        lines.append(f"    seen at {observed['op']} (#{observed['index']}) at {observed.get('source')}")
+    if tensor:
+        lines.append(f"    {tensor['side']} {tensor['arg']!r} {tensor['dtype']}{tensor['shape']}: {tensor['comparison']}")
+        lines.append(f"      A: {_fingerprint(tensor['fingerprint_a'])}")
+        lines.append(f"      B: {_fingerprint(tensor['fingerprint_b'])}")
+    b = first.get("b")
+    seen_op = (observed or first)["op"]
+    if b and b.get("op") != seen_op:
+        lines.append(f"    B ran {b['op']} there (#{b['index']})")
+    lines.append(f"    {first.get('note')}")
+    candidates = first.get("candidates") or []
+    if len(candidates) > 1:
+        lines.append(f"    candidates ({len(candidates)}):")
+        for c in candidates[:20]:
+            lines.append(f"      #{c['index']} {c['op']} at {c['source']} [{c['module']}]")
+        if len(candidates) > 20:
+            lines.append(f"      ... {len(candidates) - 20} more")
+    if inherited:
+        lines.append(f"  {inherited} later record(s) differ too (inherited from this one)")
+    return lines

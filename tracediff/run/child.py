@@ -1,0 +1,78 @@
+"""Child process entry: run one script under the recorder with one backend.
+
+    python -m tracediff.run.child --backend inductor --out a.jsonl -- script.py ARGS...
+
+The script runs as `__main__` with its own argv and its directory first on
+sys.path, as `python script.py` would. Exit status: 0 when the script
+finished, 3 when it raised (the trace's footer holds the exception), 2 for
+bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+
+from tracediff.errors import ExitCode, UserError
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tracediff.run.child")
+    parser.add_argument("--backend", default=None, help="backend name; omitted: as the script wrote it")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-seed", action="store_true")
+    parser.add_argument("--exact", action="store_true")
+    parser.add_argument("--fallback-random", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _parse(sys.argv[1:] if argv is None else argv)
+    script = os.path.abspath(options.script)
+    script_args = options.args[1:] if options.args[:1] == ["--"] else options.args
+
+    from tracediff.record.backends import resolve_backend
+    from tracediff.record.session import RecordingSession
+
+    # Like `python script.py`: modules beside the script import (custom backends too).
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        backend = resolve_backend(options.backend) if options.backend else None
+    except UserError as e:
+        print(f"tracediff: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+    fallback_random = {"auto": None, "on": True, "off": False}[options.fallback_random]
+
+    sys.argv = [script, *script_args]
+    session = RecordingSession(
+        options.out,
+        backend=backend,
+        seed=None if options.no_seed else options.seed,
+        exact=options.exact,
+        fallback_random=fallback_random,
+        command=[options.script, *script_args],
+    )
+    try:
+        with session:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code in (None, 0):
+            return ExitCode.MATCH
+        print(f"tracediff: the script exited with status {e.code}", file=sys.stderr)
+        return ExitCode.RUN_FAILED
+    except BaseException:  # noqa: BLE001 - the user's script may raise anything; report it
+        traceback.print_exc()
+        return ExitCode.RUN_FAILED
+    finally:
+        sys.stdout.flush()
+    return ExitCode.MATCH
+
+
+if __name__ == "__main__":
+    sys.exit(main())

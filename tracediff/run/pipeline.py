@@ -1,0 +1,89 @@
+"""`tracediff run`: record the script once per backend, then diff the two traces."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from tracediff.config import Config
+from tracediff.diff.engine import diff_traces
+from tracediff.errors import ExitCode, TraceFormatError, UserError
+from tracediff.record.backends import resolve_backend
+from tracediff.report.build import build_report, failed_run_report
+from tracediff.report.text import render_text
+from tracediff.run.launcher import RunResult, check_script, new_run_dir, record_in_subprocess, trace_name
+
+
+def parse_backends(text: str, script: str) -> list[str]:
+    """Two backend names, checked before anything runs."""
+    names = [n.strip() for n in text.split(",")]
+    if len(names) != 2 or not all(names):
+        raise UserError(f"--backends takes two names separated by a comma (e.g. eager,inductor), got {text!r}")
+    for name in names:
+        if ":" in name:
+            check_custom_backend_module(name, script)
+        else:
+            resolve_backend(name)
+    return names
+
+
+def check_custom_backend_module(spec: str, script: str) -> None:
+    """Fail fast if `pkg.module:attr` names a module that cannot be found beside the script.
+
+    Only looks the module up (no user code runs here); the child imports it.
+    """
+    module_name = spec.partition(":")[0]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        found = importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise UserError(f"backend {spec!r}: cannot import module {module_name!r} (not found beside the script or on sys.path)")
+
+
+def run_and_diff(
+    script: str,
+    script_args: list[str],
+    backends: list[str],
+    config: Config,
+    out_dir: str | None,
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run both backends, diff, and write traces + report into the run directory."""
+    path = check_script(script)
+    run_dir = new_run_dir(out_dir)
+    runs: list[RunResult] = []
+    for slot, backend in zip("ab", backends):
+        trace = run_dir / f"{trace_name(slot, backend)}.jsonl"
+        echo(f"tracediff: recording {path} with backend {backend} -> {trace}")
+        result = record_in_subprocess(
+            path, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
+            fallback_random=config.fallback_random, timeout=config.timeout, echo=echo,
+        )
+        echo(f"tracediff: backend {backend}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
+        if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import
+            raise UserError(result.failure() or f"backend {backend}: bad usage")
+        runs.append(result)
+    traces = [str(r.trace) for r in runs]
+    try:
+        echo("tracediff: aligning and comparing the two traces")
+        result = diff_traces(runs[0].trace, runs[1].trace, config)
+        report = build_report(result, traces, config, runs)
+    except TraceFormatError as e:
+        # A run died before it wrote a readable header: nothing to compare.
+        report = failed_run_report(traces, runs, str(e))
+    report["run_dir"] = str(run_dir)
+    write_report(report, run_dir)
+    return report
+
+
+def write_report(report: dict[str, Any], run_dir: Path) -> None:
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (run_dir / "report.txt").write_text(render_text(report), encoding="utf-8")
