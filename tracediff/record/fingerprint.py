@@ -17,6 +17,7 @@ Fake and meta tensors have no data and get no fingerprint (None).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from typing import Any
 
@@ -86,5 +87,6 @@ def content_hash(t: torch.Tensor) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{x.dtype}{tuple(x.shape)}".encode())
     if x.numel():
-        h.update(x.reshape(-1).view(torch.uint8).numpy().tobytes())
+        # Raw bytes of the contiguous copy, without numpy (not a dependency).
+        h.update(ctypes.string_at(x.data_ptr(), x.numel() * x.element_size()))
     return h.hexdigest()
