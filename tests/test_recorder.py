@@ -153,3 +153,42 @@ def test_gzip_trace(tmp_path: Path) -> None:
     with tracediff.record(tmp_path / "t.jsonl.gz"):
         torch.ones(2) * 3
     assert len(_ops(tmp_path / "t.jsonl.gz")) == 2
+
+
+class _Head(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.head = _Head()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x))
+
+
+def test_backward_ops_land_in_the_innermost_module(tmp_path: Path) -> None:
+    net = _Outer()
+    with tracediff.record(tmp_path / "t.jsonl"):
+        net(torch.randn(3, 4, requires_grad=True)).sum().backward()
+    backward = {r["op"]: r["m"] for r in _ops(tmp_path / "t.jsonl") if r.get("bw")}
+    assert backward["aten::gelu_backward"] == "_Outer.block.act"
+    assert backward["aten::mm"] == "_Outer.block.fc"  # the last mm is the first layer's
+
+
+def test_third_party_code_in_site_packages_is_the_source(tmp_path: Path) -> None:
+    # site-packages sits inside the stdlib directory; model libraries there are user-facing code.
+    import sysconfig
+
+    fake = Path(sysconfig.get_paths()["purelib"]) / "some_model_lib" / "modeling_fake.py"
+    code = compile("torch.ones(2).cos()", str(fake), "exec")
+    with tracediff.record(tmp_path / "t.jsonl"):
+        exec(code, {"torch": torch})
+    assert {r["src"] for r in _ops(tmp_path / "t.jsonl")} == {"modeling_fake.py:1"}

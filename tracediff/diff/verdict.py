@@ -252,7 +252,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
         assert rb is not None
         result.paired += 1
         if ignored:
-            walker.known(ra)
+            # Not compared and never a cause, but the walk back may pass through it.
+            walker.unknown(ra, candidate=False)
             continue
         result.compared += 1
 

@@ -50,6 +50,13 @@ class ModuleStack:
 
     @property
     def current(self) -> str | None:
+        if self._tracker.is_bw:
+            # Backward hooks fire child-before-parent when they share an output
+            # tensor, so the stack's top is unreliable there; ModTracker's names are
+            # paths, and the deepest active one is the innermost module.
+            active = [name for name in self._tracker.parents if name != "Global"]
+            if active:
+                return max(active, key=lambda name: (name.count("."), len(name)))
         return self._stack[-1] if self._stack else None
 
     @property

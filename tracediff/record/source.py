@@ -54,13 +54,12 @@ class SourceFinder:
     def __init__(self) -> None:
         import tracediff
 
-        self._skip_prefixes = tuple(
-            {
-                _package_dir(torch),
-                _package_dir(tracediff),
-                sysconfig.get_paths()["stdlib"] + os.sep,
-            }
-        )
+        paths = sysconfig.get_paths()
+        self._skip_prefixes = (_package_dir(torch), _package_dir(tracediff))
+        self._stdlib = paths["stdlib"] + os.sep
+        # site-packages lives under the stdlib directory, but its third-party model
+        # code (transformers' modeling_gpt2.py) is exactly what users want to see.
+        self._installed = tuple({paths["purelib"] + os.sep, paths["platlib"] + os.sep})
         self._skip_code: dict[Any, bool] = {}
         self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}
 
@@ -71,6 +70,7 @@ class SourceFinder:
             name = code.co_filename
             skip = (
                 name.startswith(self._skip_prefixes)
+                or (name.startswith(self._stdlib) and not name.startswith(self._installed))
                 or name.startswith("<")  # <frozen ...>, <string>, generated code
                 or "torchinductor_" in name  # inductor's generated wrapper modules
             )

@@ -1,0 +1,193 @@
+"""Benchmark workloads built in the repository: no downloads, seeded, CPU-sized.
+
+Each workload is a zero-argument callable doing one unit of work (a forward, or a
+training step); `make(name)` builds the model and inputs and returns it.
+
+    mlp          4-layer MLP forward, batch 64, 512 -> 1024 -> 1024 -> 1024 -> 10
+    cnn          small CNN forward (3 conv-BN-ReLU blocks, pool, linear), batch 8 x 3 x 64 x 64
+    transformer  GPT-2-style decoder forward: 2 layers, d_model 256, 4 heads, seq 128,
+                 batch 4, vocab 1024 (pre-LN, causal SDPA, GELU MLP, tied-free LM head)
+    train_step   the same transformer: forward, cross-entropy, backward, AdamW step
+
+All run with autograd enabled (as inside a training script), in train() mode
+(there is no dropout, so train mode only makes BatchNorm update its running stats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+NAMES = ("mlp", "cnn", "transformer", "train_step")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab: int = 1024
+    seq: int = 128
+    d_model: int = 256
+    heads: int = 4
+    layers: int = 2
+    batch: int = 4
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.heads = cfg.heads
+        self.c_attn = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.c_proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        return self.c_proj(y)
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
+        self.c_proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLPBlock(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.seq, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        chans = [3, 16, 32, 64]
+        layers: list[nn.Module] = []
+        for cin, cout in zip(chans, chans[1:]):
+            layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(chans[-1], classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _mlp() -> Callable[[], object]:
+    model = nn.Sequential(
+        nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+        nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10),
+    )
+    x = torch.randn(64, 512)
+    return lambda: model(x)
+
+
+def _cnn() -> Callable[[], object]:
+    model = SmallCNN()
+    x = torch.randn(8, 3, 64, 64)
+    return lambda: model(x)
+
+
+def _gpt_inputs(cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
+    targets = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
+    return idx, targets
+
+
+def _transformer() -> Callable[[], object]:
+    cfg = GPTConfig()
+    model = GPT(cfg)
+    idx, _ = _gpt_inputs(cfg)
+    return lambda: model(idx)
+
+
+def _train_step() -> Callable[[], object]:
+    cfg = GPTConfig()
+    model = GPT(cfg)
+    idx, targets = _gpt_inputs(cfg)
+    # foreach=False: the per-parameter loop that AdamW runs on CPU by default anyway, stated explicitly.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, foreach=False)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        logits = model(idx)
+        loss = F.cross_entropy(logits.view(-1, cfg.vocab), targets.view(-1))
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+_FACTORIES: dict[str, Callable[[], Callable[[], object]]] = {
+    "mlp": _mlp,
+    "cnn": _cnn,
+    "transformer": _transformer,
+    "train_step": _train_step,
+}
+
+DESCRIPTIONS = {
+    "mlp": "MLP forward: batch 64, 512-1024-1024-1024-10, ReLU",
+    "cnn": "CNN forward: batch 8x3x64x64, 3x(conv3x3-BN-ReLU-maxpool), avgpool, linear",
+    "transformer": "GPT-2-style forward: 2 layers, d_model 256, 4 heads, seq 128, batch 4, vocab 1024",
+    "train_step": "same transformer: forward + cross-entropy + backward + AdamW step",
+}
+
+
+def make(name: str, seed: int = 0) -> Callable[[], object]:
+    """Build workload `name` (seeded: same model and inputs every time)."""
+    if name not in _FACTORIES:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(NAMES)}")
+    torch.manual_seed(seed)
+    return _FACTORIES[name]()
+
+
+def parameter_count(name: str) -> int | None:
+    """Parameters of the workload's model (for the table's description)."""
+    if name == "mlp":
+        return sum(a * b + b for a, b in [(512, 1024), (1024, 1024), (1024, 1024), (1024, 10)])
+    if name in ("transformer", "train_step"):
+        return sum(p.numel() for p in GPT(GPTConfig()).parameters())
+    if name == "cnn":
+        return sum(p.numel() for p in SmallCNN().parameters())
+    return None
+
