@@ -149,10 +149,12 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
 @click.option("--seed", type=int, default=None, help="seed for torch, random and numpy in both runs [default: 0]")
 @click.option("--fallback-random/--no-fallback-random", default=None,
               help="inductor calls eager's RNG so random ops agree [default: on for inductor]")
+@click.option("--narrow/--no-narrow", default=True, show_default=True,
+              help="inductor: when the divergence is inside a fused kernel, re-run with one kernel per op to pin it")
 @_tolerance_options
 @_FORMAT
 def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str | None, timeout: float | None,
-        seed: int | None, fallback_random: bool | None, rtol: float | None, atol: float | None,
+        seed: int | None, fallback_random: bool | None, narrow: bool, rtol: float | None, atol: float | None,
         config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
@@ -167,7 +169,8 @@ def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str |
     names = parse_backends(backends, script)
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
-    report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err)
+    report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err,
+                          narrow_fused=narrow)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
 

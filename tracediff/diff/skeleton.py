@@ -54,8 +54,13 @@ def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
         return identity, identity, None
     outs = record.get("out") or []
     signature = _signature(outs)
-    name = record.get("op") or record.get("name", "")
-    primary = hash((kind, base_op(name), signature))
+    if kind == KERNEL:
+        # A kernel writes the value of the last op of its fused chain: key it like that op.
+        fuses = record.get("fuses") or []
+        name = fuses[-1]["op"] if fuses else record.get("name", "")
+    else:
+        name = record["op"]
+    primary = hash((OP, base_op(name), signature))
     value = None
     for t in outs:
         fp = t.get("fp")

@@ -27,7 +27,7 @@ from tracediff.config import Config
 from tracediff.diff.compare import TensorComparison, compare_fingerprints, has_nonfinite
 from tracediff.diff.skeleton import Skeleton, alignable
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION
 
 # Bounds for the walk back: producers remembered, and nodes visited per walk.
 _PRODUCER_WINDOW = 500_000
@@ -138,11 +138,13 @@ def _first_nonfinite_origin(record: dict[str, Any]) -> bool:
 
 
 class _Walker:
-    """Pass-2 state for trace A: producers of values not known to agree."""
+    """Pass-2 state for trace A: producers of values not known to agree, and of those that do."""
 
     def __init__(self) -> None:
         # (tensor id, version) -> (record, is a candidate): bounded, oldest dropped first.
         self.producers: OrderedDict[tuple[int, Any], tuple[dict[str, Any], bool]] = OrderedDict()
+        # (tensor id, version) -> record whose output agreed with B's when produced.
+        self.agreed: OrderedDict[tuple[int, Any], dict[str, Any]] = OrderedDict()
 
     def unknown(self, record: dict[str, Any], candidate: bool) -> None:
         for t in record.get("out", ()):
@@ -159,6 +161,11 @@ class _Walker:
             self.producers.pop(key, None)
             if t.get("uninit"):
                 self.producers[key] = (record, True)
+            else:
+                self.agreed.pop(key, None)
+                self.agreed[key] = record
+        while len(self.agreed) > _PRODUCER_WINDOW:
+            self.agreed.popitem(last=False)
 
     def walk_back(self, start: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Candidate records upstream of `start` tensors, oldest first."""
@@ -212,7 +219,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     walker = _Walker()
     comparer = _Comparer(config)
-    b_records = _alignable_with_nan_tracking(Trace(b.path), result)
+    b_producers: OrderedDict[tuple[int, Any], dict[str, Any]] = OrderedDict()
+    b_records = _b_records(Trace(b.path), result, b_producers)
     b_index = -1
     paired_b: dict[str, Any] | None = None
     region_inputs_b: dict[tuple, dict] = {}
@@ -262,13 +270,20 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
         if result.first is not None:
             result.inherited += bool(out_diffs)
             continue
-        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=same_op)
+        # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
+        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=same_op and rb["t"] != KERNEL)
 
-        if ra["t"] == REGION and ra["ev"] == "exit":
-            # A region's outputs come from the ops inside it: those are the candidates.
+        fused_kernel = rb["t"] == KERNEL and len(rb.get("fuses") or ()) != 1
+        if (ra["t"] == REGION and ra["ev"] == "exit") or fused_kernel:
+            # A region's outputs come from the ops inside it, a kernel's from the ops it
+            # fuses: those are the candidates. Their inputs are not comparable one to one.
             if out_diffs:
                 bad = [t for t in ra.get("out", []) if t["a"] in {d.arg for d in out_diffs}]
+                if ra["t"] == OP:
+                    walker.unknown(ra, candidate=True)  # the chain's last op is a candidate too
                 result.first = _from_walk(ra, rb, walker.walk_back(bad), out_diffs, inputs_agree=True)
+            else:
+                walker.known(ra)
             continue
         if out_diffs and not in_diffs:
             worst = _worst(out_diffs)
@@ -276,7 +291,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
                                       "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
-            result.first = _from_walk(ra, rb, walker.walk_back(bad), out_diffs or in_diffs, inputs_agree=False)
+            candidates = walker.walk_back(bad)
+            if candidates:
+                result.first = _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False)
+            else:
+                result.first = _changed_in_between(ra, rb, in_diffs, out_diffs, walker, b_producers, same_op)
         else:
             walker.known(ra)
 
@@ -290,6 +309,38 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
                                   f"{result.structure_count} structure difference(s): {result.structure[0]}")
     return result
+
+
+def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], out_diffs: list[TensorDiff], walker: _Walker,
+                        b_producers: "OrderedDict[tuple[int, Any], dict[str, Any]]", same_op: bool) -> Divergence:
+    """An input differs although no unpaired op of A produced it.
+
+    Either the value agreed when A's producer made it and B changed it before
+    this op read it (an op only B runs, e.g. one a compiler pass inserted), or
+    it is a program input that differs from the start.
+    """
+    bad = _worst(in_diffs)
+    worst = bad  # the value B changed is the one to show
+    ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
+    producer_a = walker.agreed.get(_key(ta))
+    tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), same_op) if x is ta), None)
+    producer_b = b_producers.get(_key(tb)) if tb is not None else None
+    if producer_a is None:
+        note = (f"its input {bad.arg!r} already differs and no recorded op of A produced it: "
+                "a program input, parameter or buffer differs between the runs")
+        return Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note)
+    made = Place.of(producer_a)
+    if producer_b is not None and producer_b is not rb:
+        changer = Place.of(producer_b)
+        what = changer.op
+        if producer_b["t"] == "kernel":
+            what = f"kernel {producer_b['name']} ({', '.join(f['op'] for f in producer_b.get('fuses', []))})"
+        note = (f"the output of {made.op} agrees, but B changes it before {Place.of(ra).op} (#{ra['i']}) reads it: "
+                f"B runs {what} at {changer.source} (#{changer.index}), which A does not")
+    else:
+        note = f"the output of {made.op} agrees, but differs by the time {Place.of(ra).op} (#{ra['i']}) reads it"
+    return Divergence(_kind(worst), made, Place.of(producer_b) if producer_b else Place.of(rb), (made,), worst, False,
+                      note, observed=Place.of(ra))
 
 
 def _from_walk(ra: dict, rb: dict, candidates: list[dict], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
@@ -312,10 +363,16 @@ def _from_walk(ra: dict, rb: dict, candidates: list[dict], diffs: list[TensorDif
     return Divergence(_kind(worst), places[-1], Place.of(rb), places, worst, inputs_agree, note, observed=seen)
 
 
-def _alignable_with_nan_tracking(trace: Trace, result: DiffResult) -> Iterator[dict[str, Any]]:
-    """B's alignable records in order; notes B's first NaN origin on the way."""
+def _b_records(trace: Trace, result: DiffResult, producers: "OrderedDict[tuple[int, Any], dict[str, Any]]") -> Iterator[dict[str, Any]]:
+    """B's alignable records in order; notes B's first NaN origin and the producer of each value."""
     for record in trace:
         if result.nan_origin_b is None and _first_nonfinite_origin(record):
             result.nan_origin_b = Place.of(record)
+        for t in record.get("out", ()):
+            key = _key(t)
+            producers.pop(key, None)
+            producers[key] = record
+        while len(producers) > _PRODUCER_WINDOW:
+            producers.popitem(last=False)
         if alignable(record):
             yield record

@@ -20,7 +20,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from tracediff.record.fingerprint import fingerprint
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import SourceFinder
-from tracediff.trace.schema import OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION
 from tracediff.trace.writer import TraceWriter
 
 # Ops that mark profiler ranges or are tracediff's own bookkeeping, not computation.
@@ -145,24 +145,31 @@ class TraceRecorder(TorchDispatchMode):
 
     # -- tensors ---------------------------------------------------------------
 
-    def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False) -> dict[str, Any]:
+    def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False,
+                  written: bool = False) -> dict[str, Any]:
         """Metadata and fingerprint of one tensor.
 
-        `mutated`: `t` is an output the op wrote in place. Autograd's
-        ADInplaceOrView kernel bumps its version only after this mode returns,
-        so the fingerprint is taken fresh and filed under the coming version.
+        The recorded version `v` names one value of the tensor, for dataflow:
+        torch's version counter plus the writes torch did not count.
+        `mutated`: an op wrote `t` in place; autograd's ADInplaceOrView kernel
+        bumps the counter only after this mode returns, so the value is filed
+        under the coming version. `written`: generated code (an inductor
+        kernel) wrote `t` behind the counter's back; count that write here.
         """
         entry = self._tensor_ids.get(t)
-        version = _version(t)
-        if mutated and version is not None:
-            version += 1
         if entry is None:
-            entry = [self._next_tensor_id, None, None]  # id, version fingerprinted at, fingerprint
+            # [id, version fingerprinted at, fingerprint, writes the counter missed]
+            entry = [self._next_tensor_id, None, None, 0]
             self._next_tensor_id += 1
             self._tensor_ids[t] = entry
+        if written:
+            entry[3] += 1
+        version = _version(t)
+        if version is not None:
+            version += entry[3] + (1 if mutated else 0)
         fp = None
         if take_fingerprint:
-            if not mutated and version is not None and entry[1] == version:
+            if not (mutated or written) and version is not None and entry[1] == version:
                 fp = entry[2]  # unchanged since last fingerprinted: one read per value
             else:
                 fp = fingerprint(t, exact=self.exact)
@@ -177,13 +184,26 @@ class TraceRecorder(TorchDispatchMode):
             "fp": fp,
         }
 
-    def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]]) -> list[dict[str, Any]]:
-        """Describe tensors from outside dispatch (region boundaries) without recording our own ops."""
+    def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]], written: bool = False) -> list[dict[str, Any]]:
+        """Describe tensors from outside dispatch (regions, kernels) without recording our own ops.
+
+        written: generated code just wrote these tensors (see `_describe`).
+        """
         self._internal = True
         try:
-            return [self._describe(name, t) for name, t in named]
+            return [self._describe(name, t, written=written) for name, t in named]
         finally:
             self._internal = False
+
+    @property
+    def internal(self) -> bool:
+        """True while tracediff itself is computing (its ops are not the program's)."""
+        return self._internal
+
+    @property
+    def region_root(self) -> str | None:
+        """Module name of the innermost compiled region being run, if any."""
+        return self._regions[-1] if self._regions else None
 
     # -- dispatch ----------------------------------------------------------------
 
@@ -217,7 +237,8 @@ class TraceRecorder(TorchDispatchMode):
 
     def _write_op(self, func: Any, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
         source, fx = self.sources.find(sys._getframe(2))
-        module = self.modules.current
+        # Module hooks do not run inside compiled code: fall back to the region's module.
+        module = self.modules.current or self.region_root
         record: dict[str, Any] = {"t": OP, "i": self._seq, "op": op_name(func), "d": self.modules.depth + len(self._regions)}
         if fx is not None:
             root = self._regions[-1] if self._regions else None
@@ -237,6 +258,25 @@ class TraceRecorder(TorchDispatchMode):
         self.writer.write(record)
         self._seq += 1
         self.ops += 1
+
+    # -- generated kernels -------------------------------------------------------------
+
+    def write_kernel(self, name: str, site: str | None, graph: str, fuses: list[dict[str, Any]],
+                     inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> None:
+        """One launch of an inductor-generated kernel (record/kernels.py)."""
+        from tracediff.record.kernels import fused_source
+
+        src, path, code, module = fused_source(fuses)
+        record: dict[str, Any] = {"t": KERNEL, "i": self._seq, "name": name, "site": site, "g": graph,
+                                  "d": self.modules.depth + len(self._regions),
+                                  "m": module or self.modules.current or self.region_root}
+        if src:
+            record.update(src=src, path=path, code=code)
+        record.update(fuses=fuses, **{"in": inputs, "out": outputs})
+        if self.modules.in_backward:
+            record["bw"] = True
+        self.writer.write(record)
+        self._seq += 1
 
     # -- compiled regions ----------------------------------------------------------
 

@@ -25,6 +25,7 @@ import tracediff
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
 from tracediff.record.fingerprint import FINGERPRINT_KINDS
+from tracediff.record.kernels import KernelCapture
 from tracediff.record.mode import TraceRecorder
 from tracediff.trace.writer import TraceWriter
 
@@ -79,6 +80,7 @@ class RecordingSession:
         exact: bool = False,
         fallback_random: bool | None = None,
         command: list[str] | None = None,
+        materialized: bool = False,
     ) -> None:
         self.path = Path(path)
         self.backend = backend
@@ -89,9 +91,11 @@ class RecordingSession:
             fallback_random = bool(backend and backend.is_inductor)
         self.fallback_random = fallback_random
         self.command = command if command is not None else list(sys.argv)
+        self.materialized = materialized
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
+        self.kernels: KernelCapture | None = None
         self._restore_fallback_random: bool | None = None
         self._started = 0.0
         self._warnings = warnings.catch_warnings()
@@ -110,6 +114,7 @@ class RecordingSession:
             "seed": self.seed,
             "fingerprint": list(FINGERPRINT_KINDS) + (["hash"] if self.exact else []),
             "exact": self.exact,
+            "materialized": self.materialized,
             "settings": numeric_settings(),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -126,6 +131,8 @@ class RecordingSession:
         self.writer = TraceWriter(self.path, self._header())
         self.recorder = TraceRecorder(self.writer, exact=self.exact)
         self.redirect = CompileRedirect(self.backend, self.recorder)
+        self.kernels = KernelCapture(self.recorder)
+        self.kernels.__enter__()
         self._warnings.__enter__()
         # Our module tracker's global hooks make torch warn about compiled modules;
         # compile_redirect handles OptimizedModule itself, so the warning is noise.
@@ -138,10 +145,11 @@ class RecordingSession:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         import torch._inductor.config as inductor_config
 
-        assert self.writer and self.recorder and self.redirect
+        assert self.writer and self.recorder and self.redirect and self.kernels
         try:
             self.recorder.__exit__(exc_type, exc, tb)
         finally:
+            self.kernels.__exit__(exc_type, exc, tb)
             self.redirect.__exit__(exc_type, exc, tb)
             self._warnings.__exit__(exc_type, exc, tb)
             inductor_config.fallback_random = self._restore_fallback_random

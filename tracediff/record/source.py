@@ -16,7 +16,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -62,6 +62,12 @@ class SourceFinder:
         self._installed = tuple({paths["purelib"] + os.sep, paths["platlib"] + os.sep})
         self._skip_code: dict[Any, bool] = {}
         self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}
+        # Generated wrapper files (inductor) -> line of a call -> the user source it came from.
+        self._generated: dict[str, Callable[[int], SourceLocation | None]] = {}
+
+    def register_generated(self, filename: str, lookup: Callable[[int], SourceLocation | None]) -> None:
+        """Resolve frames in generated code `filename` through `lookup(line)` (e.g. inductor provenance)."""
+        self._generated[filename] = lookup
 
     def _is_internal(self, frame: FrameType) -> bool:
         code = frame.f_code
@@ -81,6 +87,11 @@ class SourceFinder:
         """(user source location, FX node info if inside a compiled graph)."""
         fx: FxNodeInfo | None = None
         while frame is not None:
+            lookup = self._generated.get(frame.f_code.co_filename)
+            if lookup is not None:
+                location = lookup(frame.f_lineno)
+                if location is not None:
+                    return location, fx
             if frame.f_code.co_filename.startswith(_FX_FRAME_PREFIX) and fx is None:
                 fx = self._fx_node_info(frame)
                 if fx is not None and fx.source is not None:
@@ -128,14 +139,14 @@ def _node_info(node: torch.fx.Node, graph: str) -> FxNodeInfo:
     if stack:
         # Values are (qualified path like "L['self'].block.act", class); the last is innermost.
         path_name, _cls = list(stack.values())[-1]
-        module = _clean_fx_module_path(str(path_name))
+        module = clean_fx_module_path(str(path_name))
     return FxNodeInfo(source=source, module=module, graph=graph)
 
 
 _FX_PATH_PART = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
 
 
-def _clean_fx_module_path(path: str) -> str:
+def clean_fx_module_path(path: str) -> str:
     """`L['self'].block._modules['act']` -> `block.act` (relative to the compiled module).
 
     The first component names the compiled module's local variable (`self`,

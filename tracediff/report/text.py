@@ -101,6 +101,11 @@ def _render_divergence(first: dict[str, Any], inherited: int) -> list[str]:
             lines.append(f"      #{c['index']} {c['op']} at {c['source']} [{c['module']}]")
         if len(candidates) > 20:
             lines.append(f"      ... {len(candidates) - 20} more")
+    narrowing = first.get("narrowing")
+    if narrowing:
+        fused = narrowing.get("fused_candidates") or []
+        lines.append(f"    narrowing ({narrowing.get('result')}): {narrowing.get('method')}; "
+                     f"the fused kernel held {len(fused)} ops: " + ", ".join(c["op"] for c in fused))
     if inherited:
         lines.append(f"  {inherited} later record(s) differ too (inherited from this one)")
     return lines

@@ -11,6 +11,7 @@ bad arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import sys
@@ -27,6 +28,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-seed", action="store_true")
     parser.add_argument("--exact", action="store_true")
     parser.add_argument("--fallback-random", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--materialize", action="store_true",
+                        help="inductor: one kernel per op, every intermediate in a buffer (narrowing)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -50,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     fallback_random = {"auto": None, "on": True, "off": False}[options.fallback_random]
 
     sys.argv = [script, *script_args]
+    materialize = contextlib.nullcontext()
+    if options.materialize:
+        from tracediff.record.materialize import materialize_all
+
+        materialize = materialize_all()
     session = RecordingSession(
         options.out,
         backend=backend,
@@ -57,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         exact=options.exact,
         fallback_random=fallback_random,
         command=[options.script, *script_args],
+        materialized=options.materialize,
     )
     try:
-        with session:
+        with materialize, session:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code in (None, 0):

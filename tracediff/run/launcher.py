@@ -98,6 +98,7 @@ def record_in_subprocess(
     fallback_random: bool | None,
     timeout: float,
     echo: Callable[[str], None],
+    materialize: bool = False,
 ) -> RunResult:
     """Run `script` under the recorder with `backend`, writing `trace`; never raises for script failures."""
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
@@ -107,6 +108,8 @@ def record_in_subprocess(
     command += ["--no-seed"] if seed is None else ["--seed", str(seed)]
     if exact:
         command.append("--exact")
+    if materialize:
+        command.append("--materialize")
     if fallback_random is not None:
         command += ["--fallback-random", "on" if fallback_random else "off"]
     command += [str(script), "--", *script_args]

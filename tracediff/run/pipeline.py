@@ -15,6 +15,7 @@ from tracediff.errors import ExitCode, TraceFormatError, UserError
 from tracediff.record.backends import resolve_backend
 from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.text import render_text
+from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.launcher import RunResult, check_script, new_run_dir, record_in_subprocess, trace_name
 
 
@@ -55,6 +56,7 @@ def run_and_diff(
     config: Config,
     out_dir: str | None,
     echo: Callable[[str], None],
+    narrow_fused: bool = True,
 ) -> dict[str, Any]:
     """Run both backends, diff, and write traces + report into the run directory."""
     path = check_script(script)
@@ -79,6 +81,8 @@ def run_and_diff(
     except TraceFormatError as e:
         # A run died before it wrote a readable header: nothing to compare.
         report = failed_run_report(traces, runs, str(e))
+    if narrow_fused and needs_narrowing(report, backends[1]):
+        report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
     write_report(report, run_dir)
     return report

@@ -18,7 +18,11 @@ region  {"t": "region", "i": seq, "ev": "enter" | "exit", "name": "Net.forward",
          "r": region number, "call": call number, "in"/"out": [tensor...]}
          A region is one call of a function the script passed to torch.compile,
          recorded under every backend (eager included), so both runs share it.
-kernel  {"t": "kernel", ...}  generated kernels (inductor); reserved, see record/kernels.
+kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fused_cos_sin_0:2",
+         "g": graph key, "d": depth, "m": module, "src"/"path"/"code": of the last fused op,
+         "fuses": [{"node", "op": "aten::sin", "src", "path", "m"}...] in graph order,
+         "in": [buffers read], "out": [buffers written]}
+         One launch of an inductor-generated kernel (record/kernels.py).
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
          "compile_calls": n, "error": null | {"type", "message", "traceback"}}
 

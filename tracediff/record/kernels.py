@@ -1,0 +1,312 @@
+"""Inductor's generated kernels in the trace, with the aten ops each one fuses.
+
+The dispatcher never sees inductor's generated kernels (C++ on CPU, Triton on
+CUDA), so a dispatch mode alone records almost nothing of an inductor run.
+This module hooks `CompiledFxGraph.post_compile`, which runs on a cold compile
+and on both warm cache paths (FX graph cache, AOTAutograd cache), and replaces
+each kernel in the loaded wrapper module's globals by a recording wrapper
+(the wrapper's `call()` looks kernels up by name at call time). Triton kernels
+are recorded by wrapping `CachingAutotuner.run`.
+
+Which aten ops a kernel fuses comes from inductor's own provenance tracking
+(`config.trace.provenance_tracking_level = 1`, part of inductor's cache keys):
+`inductor_provenance_mapping_str` maps each kernel call site to post-grad FX
+nodes, and `inductor_post_grad_graph_str` gives each node's aten op and user
+source line. Module paths come from the pre-grad (dynamo) graph, which dynamo
+re-traces in every process, captured by wrapping `compile_fx`.
+
+Pinned torch internals (tests/test_torch_pins.py): CompiledFxGraph.post_compile,
+its compiled_fn_runner/current_callable, source_code, the two provenance
+strings; compile_fx.compile_fx; CachingAutotuner.run.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from tracediff.record.source import clean_fx_module_path
+
+if TYPE_CHECKING:
+    from tracediff.record.mode import TraceRecorder
+
+_CPP_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S | re.M)
+_CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
+_PROVENANCE_HANDLE = re.compile(r"#\s*\[Provenance debug handles\] (\S+):(\d+)\s*$")
+_POST_GRAD_FILE = re.compile(r"#\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
+_POST_GRAD_NODE = re.compile(r"^\s*(\w+): .*?= torch\.ops\.([\w.]+)\(")
+
+# Argument names of generated kernels that the kernel writes.
+_OUTPUT_PREFIXES = ("out_ptr", "in_out_ptr")
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    """One aten op inside a kernel: what the user wrote and where."""
+
+    node: str
+    op: str  # "aten::sin"
+    path: str | None
+    line: int | None
+    module: str | None  # relative to the compiled module
+
+    def as_record(self, root: str | None) -> dict[str, Any]:
+        import os
+
+        module = ".".join(p for p in (root, self.module) if p) or None
+        return {
+            "node": self.node,
+            "op": self.op,
+            "src": f"{os.path.basename(self.path)}:{self.line}" if self.path else None,
+            "path": self.path,
+            "m": module,
+        }
+
+
+@dataclass
+class GraphKernels:
+    """What one compiled graph's wrapper module tells about its kernels."""
+
+    graph: str
+    fuses: dict[str, list[FusedOp]] = field(default_factory=dict)  # "kernel:handle" -> ops, graph order
+    site_handles: dict[int, str] = field(default_factory=dict)  # wrapper line of a call -> handle
+    params: dict[str, list[str]] = field(default_factory=dict)  # kernel -> C++ parameter names
+
+
+def _aten_name(target: str) -> str:
+    """`aten.sin.default` -> `aten::sin`; `aten.add.Tensor` -> `aten::add.Tensor`."""
+    namespace, _, rest = target.partition(".")
+    name, _, overload = rest.partition(".")
+    return f"{namespace}::{name}" + ("" if overload in ("", "default") else f".{overload}")
+
+
+def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | None]]:
+    """Post-grad node name -> (aten op, source path, line), in graph order."""
+    nodes: dict[str, tuple[str, str | None, int | None]] = {}
+    path: str | None = None
+    line: int | None = None
+    for row in text.splitlines():
+        match = _POST_GRAD_FILE.search(row)
+        if match:
+            path, line = match.group(1), int(match.group(2))
+            continue
+        match = _POST_GRAD_NODE.match(row)
+        if match:
+            nodes[match.group(1)] = (_aten_name(match.group(2)), path, line)
+        elif not row.strip():
+            path, line = None, None
+    return nodes
+
+
+def call_sites(source: str) -> dict[int, str]:
+    """Wrapper line number (1-based) of each kernel call -> its provenance handle `kernel:N`."""
+    lines = source.splitlines()
+    sites: dict[int, str] = {}
+    for i, row in enumerate(lines):
+        match = _PROVENANCE_HANDLE.search(row)
+        if match:
+            j = i + 1
+            while j < len(lines) and lines[j].strip().startswith("#"):
+                j += 1
+            sites[j + 1] = f"{match.group(1)}:{match.group(2)}"
+    return sites
+
+
+def cpp_kernel_params(source: str) -> dict[str, list[str]]:
+    """C++ kernel name -> its parameter names (in_ptr0, out_ptr0, in_out_ptr0, ks0, ...)."""
+    params = {}
+    for match in _CPP_KERNEL_DEF.finditer(source):
+        signature = _CPP_SIGNATURE.search(match.group(3))
+        if signature:
+            params[match.group(1)] = [p.strip().rsplit(" ", 1)[-1].lstrip("*") for p in signature.group(1).split(",") if p.strip()]
+    return params
+
+
+def build_graph_kernels(compiled: Any, pre_grad_meta: dict[str, dict[str, Any]]) -> GraphKernels:
+    """Provenance of one CompiledFxGraph: kernel call sites -> fused ops with source and module."""
+    info = GraphKernels(graph=str(getattr(compiled, "cache_key", "") or "graph")[:12])
+    source = getattr(compiled, "source_code", "") or ""
+    info.site_handles = call_sites(source)
+    info.params = cpp_kernel_params(source)
+    try:
+        mapping = json.loads(getattr(compiled, "inductor_provenance_mapping_str", None) or "{}")
+    except json.JSONDecodeError:
+        mapping = {}
+    post_grad = parse_post_grad_graph(getattr(compiled, "inductor_post_grad_graph_str", None) or "")
+    order = {name: i for i, name in enumerate(post_grad)}
+    post_to_pre = mapping.get("postToPre", {})
+    for key, table in mapping.items():
+        if not key.endswith("CodeToPost") or not isinstance(table, dict):
+            continue
+        for handle, nodes in table.items():
+            ops = []
+            for node in sorted(nodes, key=lambda n: order.get(n, len(order))):
+                op, path, line = post_grad.get(node, ("?", None, None))
+                module = None
+                for pre in post_to_pre.get(node, []):
+                    stack = (pre_grad_meta.get(pre) or {}).get("nn_module_stack")
+                    if stack:
+                        module = clean_fx_module_path(str(list(stack.values())[-1][0]))
+                        break
+                ops.append(FusedOp(node, op, path, line, module))
+            info.fuses[handle] = ops
+    return info
+
+
+class KernelCapture:
+    """While active, every inductor kernel launch becomes a `kernel` record of `recorder`."""
+
+    def __init__(self, recorder: "TraceRecorder") -> None:
+        self.recorder = recorder
+        self._pre_grad_stack: list[dict[str, dict[str, Any]]] = []
+        self._triton: dict[int, tuple[GraphKernels, str]] = {}  # id(CachingAutotuner) -> (graph, name)
+        self._restore: list[Callable[[], None]] = []
+
+    # -- installing the hooks --------------------------------------------------------
+
+    def __enter__(self) -> "KernelCapture":
+        import torch._inductor.compile_fx as compile_fx_module
+        import torch._inductor.config as inductor_config
+        from torch._inductor import output_code
+
+        level = inductor_config.trace.provenance_tracking_level
+        inductor_config.trace.provenance_tracking_level = 1
+        self._restore.append(lambda: setattr(inductor_config.trace, "provenance_tracking_level", level))
+        self._patch(compile_fx_module, "compile_fx", self._wrap_compile_fx)
+        self._patch(output_code.CompiledFxGraph, "post_compile", self._wrap_post_compile)
+        try:
+            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        except ImportError:  # no triton: CPU-only install
+            pass
+        else:
+            self._patch(CachingAutotuner, "run", self._wrap_triton_run)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self._restore:
+            self._restore.pop()()
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
+        setattr(owner, name, make(getattr(owner, name)))
+        self._restore.append(lambda: setattr(owner, name, original))
+
+    def _wrap_compile_fx(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        capture = self
+
+        def compile_fx(model: Any, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            # The dynamo graph: its nodes carry nn_module_stack, on warm cache hits too.
+            meta = {n.name: dict(n.meta) for n in getattr(getattr(model, "graph", None), "nodes", [])}
+            capture._pre_grad_stack.append(meta)
+            try:
+                return original(model, example_inputs, *args, **kwargs)
+            finally:
+                capture._pre_grad_stack.pop()
+
+        return compile_fx
+
+    def _wrap_post_compile(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        capture = self
+
+        def post_compile(compiled: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(compiled, *args, **kwargs)
+            try:
+                capture._instrument(compiled)
+            except Exception as e:  # noqa: BLE001 - never break the user's program over a trace
+                print(f"tracediff: could not instrument inductor kernels ({type(e).__name__}: {e})", file=sys.stderr)
+            return result
+
+        return post_compile
+
+    # -- instrumenting one compiled graph ------------------------------------------
+
+    def _instrument(self, compiled: Any) -> None:
+        runner = getattr(compiled, "compiled_fn_runner", None)
+        if runner is not None:
+            namespace = type(runner).call.__globals__
+        else:
+            namespace = getattr(getattr(compiled, "current_callable", None), "__globals__", None)
+        if namespace is None:
+            return
+        info = build_graph_kernels(compiled, self._pre_grad_stack[0] if self._pre_grad_stack else {})
+        wrapper_file = namespace.get("__file__")
+        if wrapper_file:
+            # Extern kernels (aten::mm.out) are dispatched from the wrapper: their source
+            # line is the one inductor's provenance gives for that call site.
+            self.recorder.sources.register_generated(wrapper_file, lambda line: _site_source(info, line))
+        for name, params in info.params.items():
+            kernel = namespace.get(name)
+            if callable(kernel) and not getattr(kernel, "_tracediff_kernel", False):
+                namespace[name] = self._cpp_launcher(kernel, name, params, info)
+        for name, value in list(namespace.items()):
+            if type(value).__name__ in ("CachingAutotuner", "StaticTritonCompileResult") or hasattr(value, "triton_meta"):
+                self._triton[id(value)] = (info, name)
+
+    def _cpp_launcher(self, kernel: Callable[..., Any], name: str, params: list[str], info: GraphKernels) -> Callable[..., Any]:
+        capture = self
+
+        def launch(*args: Any) -> Any:
+            site = info.site_handles.get(sys._getframe(1).f_lineno)
+            return capture._record_launch(kernel, name, site, info, list(zip(params, args)), args, {})
+
+        launch._tracediff_kernel = True  # type: ignore[attr-defined]
+        return launch
+
+    def _wrap_triton_run(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        capture = self
+
+        def run(autotuner: Any, *args: Any, **kwargs: Any) -> Any:
+            known = capture._triton.get(id(autotuner))
+            if known is None:
+                return original(autotuner, *args, **kwargs)
+            info, name = known
+            site = info.site_handles.get(sys._getframe(1).f_lineno)
+            arg_names = list((getattr(autotuner, "triton_meta", None) or {}).get("signature", {}).keys())
+            mutated = set((getattr(autotuner, "inductor_meta", None) or {}).get("mutated_arg_names", ()))
+            named = [(n if n not in mutated or n.startswith(_OUTPUT_PREFIXES) else f"in_out_{n}", a)
+                     for n, a in zip(arg_names, args)]
+            return capture._record_launch(lambda *a, **k: original(autotuner, *a, **k), name, site, info, named,
+                                          args, kwargs)
+
+        return run
+
+    # -- one launch ------------------------------------------------------------------
+
+    def _record_launch(self, kernel: Callable[..., Any], name: str, site: str | None, info: GraphKernels,
+                       named: list[tuple[str, Any]], args: tuple, kwargs: dict) -> Any:
+        recorder = self.recorder
+        if recorder.internal:
+            return kernel(*args, **kwargs)
+        tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
+        inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
+        result = kernel(*args, **kwargs)
+        outputs = recorder.describe_tensors([(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)], written=True)
+        fuses = [op.as_record(recorder.region_root) for op in info.fuses.get(site or "", [])]
+        recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs)
+        return result
+
+
+def _site_source(info: GraphKernels, line: int) -> "SourceLocation | None":
+    from tracediff.record.source import SourceLocation
+
+    handle = info.site_handles.get(line)
+    for op in reversed(info.fuses.get(handle or "", [])):
+        if op.path and op.line:
+            return SourceLocation(op.path, op.line, linecache.getline(op.path, op.line).strip())
+    return None
+
+
+def fused_source(fuses: list[dict[str, Any]]) -> tuple[str | None, str | None, str | None, str | None]:
+    """(src, path, code, module) of the last fused op: the one whose value the kernel writes."""
+    for op in reversed(fuses):
+        if op.get("path"):
+            path = op["path"]
+            line = int(op["src"].rsplit(":", 1)[1])
+            return op["src"], path, linecache.getline(path, line).strip(), op.get("m")
+    return None, None, None, (fuses[-1].get("m") if fuses else None)
