@@ -1,8 +1,9 @@
 """tracediff benchmarks (`make bench`): recording overhead, diff at scale, aligner.
 
-    python bench/run.py                 # everything (about 8 minutes on 2 CPU cores)
+    python bench/run.py                 # everything (about 9 minutes on 2 CPU cores; +40 s the first time)
     python bench/run.py --quick         # smoke run: few repetitions, a 50k-record diff, no aligner table
     python bench/run.py --only overhead # one section: overhead | diff | sequence
+    python bench/run.py --only diff --gc-check   # + the verdict pass timed with the cyclic GC off
 
 Progress goes to stderr, the markdown tables to stdout. The tables and the
 machine's facts are also written to bench/out/results.md, the raw numbers to
@@ -220,7 +221,7 @@ def overhead_timing(workload: str, quick: bool, tmp: Path) -> dict[str, Any]:
     warm_s = time.perf_counter() - t0
     # Repetitions: as many as fit the time budget, within bounds.
     per_rep = warm_s / warmup
-    budget, lo, hi = (2.0, 3, 10) if quick else (25.0, 9, 61)
+    budget, lo, hi = (2.0, 3, 10) if quick else (15.0, 9, 61)
     reps = int(min(hi, max(lo, budget / max(per_rep, 1e-6))))
     load_before = os.getloadavg()[0]
     samples, faults = _time_interleaved(runners, reps)
@@ -271,6 +272,7 @@ def child_memory(workload: str, config: str, calls: int) -> dict[str, Any]:
     with DebugMode(), DebugMode.log_tensor_hashes(hash_inputs=True):
         torch.ones(2) + 1
     fn = workloads.make(workload)
+    fn()  # one plain call first: allocator warm, optimizer state created (train_step)
     run = _runner(config, fn, tmp / "mem.jsonl")
     gc.collect()
     reset = reset_peak_rss()
@@ -346,8 +348,8 @@ def table_overhead(res: dict[str, Any]) -> str:
                    f"{r['ratio_tracediff_debugmode']:.2f}x | {t['ops']} / {r['debugmode_ops']} | {per_op} | {bpo} | {r['reps']} |")
     out.append("")
     out.append(f"Memory. Peak RSS (all allocations, tensors included) of a fresh subprocess per (workload, "
-               f"config) that imports everything, builds the model, enters an empty block under each mode, resets "
-               f"its RSS high-water mark, then calls the workload under its config {res['memory_calls']} times "
+               f"config) that imports everything, builds the model, enters an empty block under each mode, makes "
+               f"one plain call (so optimizer state exists), resets its RSS high-water mark, then calls the workload under its config {res['memory_calls']} times "
                f"(`gc.collect()` after each). Peak RSS is `VmHWM` from /proc/self/status, the counter behind "
                f"`ru_maxrss`: `ru_maxrss` itself is carried over from the parent across fork/exec on Linux, so in "
                f"a child of this harness it only reports the harness's own size. 'first call': the plain "
@@ -408,7 +410,7 @@ def child_diff_e2e(a: str, b: str) -> dict[str, Any]:
             **_divergence_facts(result)}
 
 
-def child_diff_phases(a: str, b: str, breakdown: bool) -> dict[str, Any]:
+def child_diff_phases(a: str, b: str, breakdown: bool, gc_off: bool = False) -> dict[str, Any]:
     from tracediff.config import Config
     from tracediff.diff.align import align
     from tracediff.diff.skeleton import build_skeleton
@@ -433,8 +435,11 @@ def child_diff_phases(a: str, b: str, breakdown: bool) -> dict[str, Any]:
     sa = phase("build_skeleton_a", lambda: build_skeleton(a))
     sb = phase("build_skeleton_b", lambda: build_skeleton(b))
     partner = phase("align", lambda: align(sa, sb))
+    if gc_off:  # diagnostic: how much of the verdict pass is Python's cyclic GC
+        gc.disable()
     result = phase("find_divergence", lambda: find_divergence(sa, sb, partner, Config()))
-    out: dict[str, Any] = {"times_s": times, "rss_base_mib": base, "phase_peak_rss_mib": peaks,
+    gc.enable()
+    out: dict[str, Any] = {"gc_off": gc_off, "times_s": times, "rss_base_mib": base, "phase_peak_rss_mib": peaks,
                            "rss_after_mib": after, "rss_peak_mib": max(peaks.values()), **_divergence_facts(result)}
     del partner, result, sa, sb
     gc.collect()
@@ -528,7 +533,7 @@ def child_profile_verdict(a: str, b: str) -> dict[str, Any]:
     return {"total_s": total, "top": rows[:12]}
 
 
-def section_diff(quick: bool) -> dict[str, Any]:
+def section_diff(quick: bool, gc_check: bool = False) -> dict[str, Any]:
     import synth
 
     n, edits = (50_000, 40) if quick else (1_000_000, 400)
@@ -543,6 +548,11 @@ def section_diff(quick: bool) -> dict[str, Any]:
     log("[diff] phase by phase, then a parse breakdown (fresh subprocess) ...")
     phases = _run_child(["--child-diff-phases", a, b, "--breakdown"])
     log(f"[diff]   {', '.join(f'{k} {v:.1f} s' for k, v in phases['times_s'].items())}")
+    gc_off = None
+    if gc_check:
+        log("[diff] phases again with the cyclic GC off during find_divergence (--gc-check) ...")
+        gc_off = _run_child(["--child-diff-phases", a, b, "--gc-off"])
+        log(f"[diff]   find_divergence {gc_off['times_s']['find_divergence']:.1f} s with gc off")
     # cProfile of the verdict pass on the small pair (the profiler would slow the 1M one several-fold).
     small, small_meta = synth.cached(OUT / "synth", 50_000, edits=40, progress=log)
     log("[diff] cProfile of find_divergence on the 50k-record pair (fresh subprocess) ...")
@@ -553,7 +563,7 @@ def section_diff(quick: bool) -> dict[str, Any]:
         first = run["first"]
         found.append(bool(first) and first["index_a"] == planted["index_a"] and first["index_b"] == planted["index_b"]
                      and first["kind"] == "output" and first["inputs_agree"])
-    return {"meta": meta, "e2e": e2e, "phases": phases, "profile": profile, "profile_records": small_meta["records_a"],
+    return {"meta": meta, "e2e": e2e, "phases": phases, "phases_gc_off": gc_off, "profile": profile, "profile_records": small_meta["records_a"],
             "found_planted": all(found)}
 
 
@@ -615,6 +625,12 @@ def table_diff(res: dict[str, Any]) -> str:
         parts.append(f"the rest (pairing, fingerprint comparisons of every paired record, inherited count, "
                      f"walker) ~{rest:.1f} s ({100 * rest / fd:.0f}%)")
         out += ["", f"Estimated split of `find_divergence` ({fd:.1f} s) from those rates: " + "; ".join(parts) + "."]
+    if res.get("phases_gc_off"):
+        off = res["phases_gc_off"]["times_s"]["find_divergence"]
+        fd = t["find_divergence"]
+        out += ["", f"With Python's cyclic GC disabled during `find_divergence` (`--gc-check`, a third subprocess): "
+                    f"{off:.1f} s instead of {fd:.1f} s, so ~{fd - off:.0f} s ({100 * (fd - off) / fd:.0f}%) of the "
+                    f"verdict pass is garbage-collector scans of the records it keeps alive."]
     prof = res.get("profile")
     if prof:
         out += ["", f"cProfile of `find_divergence` on the {res['profile_records']:,}-record pair "
@@ -691,7 +707,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child-diff-e2e", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-phases", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
     ap.add_argument("--child-profile-verdict", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
+    ap.add_argument("--gc-check", action="store_true",
+                    help="diff section: also time find_divergence with the cyclic GC off (one more full diff)")
     ap.add_argument("--breakdown", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--gc-off", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.child_memory:
@@ -705,16 +724,21 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child_profile_verdict(*args.child_profile_verdict)))
         return 0
     if args.child_diff_phases:
-        print(json.dumps(child_diff_phases(*args.child_diff_phases, breakdown=args.breakdown)))
+        print(json.dumps(child_diff_phases(*args.child_diff_phases, breakdown=args.breakdown, gc_off=args.gc_off)))
         return 0
 
-    command = "python bench/run.py" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
+    command = ("python bench/run.py" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
+               + (" --gc-check" if args.gc_check else ""))
     sections = [args.only] if args.only else [s for s in SECTIONS if not (args.quick and s == "sequence")]
     started = time.perf_counter()
     machine = machine_facts()
     log(f"tracediff bench: {', '.join(sections)}{' (quick)' if args.quick else ''}; "
         f"{machine['nproc']} cores, {machine['cpu']}, torch {machine['torch']}")
-    runners = {"overhead": section_overhead, "diff": section_diff, "sequence": section_sequence}
+    runners: dict[str, Callable[[bool], dict[str, Any]]] = {
+        "overhead": section_overhead,
+        "diff": lambda quick: section_diff(quick, gc_check=args.gc_check),
+        "sequence": section_sequence,
+    }
     results: dict[str, Any] = {}
     for name in sections:
         t0 = time.perf_counter()

@@ -31,8 +31,15 @@ class Result:
         return json.loads(self.stdout)
 
 
+def _runner() -> CliRunner:
+    try:  # click 8.1 mixes stderr into stdout unless told not to; 8.2+ always separates them
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        return CliRunner()
+
+
 def invoke(*args: str) -> Result:
-    runner = CliRunner()
+    runner = _runner()
     result = runner.invoke(cli, list(args), catch_exceptions=False)
     return Result(result.exit_code, result.stdout, result.stderr)
 

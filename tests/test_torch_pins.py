@@ -52,3 +52,33 @@ def test_ignore_compile_internals_hook_exists() -> None:
 
 def test_fake_tensor_check() -> None:
     assert hasattr(torch, "_is_functional_tensor")
+
+
+def test_inductor_hooks_used_by_kernel_capture() -> None:
+    # record/kernels.py
+    import dataclasses
+
+    import torch._inductor.compile_fx as compile_fx_module
+    import torch._inductor.config as inductor_config
+    from torch._inductor.output_code import CompiledFxGraph
+
+    assert callable(compile_fx_module.compile_fx)
+    assert callable(CompiledFxGraph.post_compile)
+    fields = {f.name for f in dataclasses.fields(CompiledFxGraph)}
+    assert {"source_code", "inductor_provenance_mapping_str", "inductor_post_grad_graph_str",
+            "current_callable", "compiled_fn_runner", "cache_key"} <= fields
+    assert hasattr(inductor_config.trace, "provenance_tracking_level")
+
+
+def test_inductor_internals_used_by_materialize() -> None:
+    # record/materialize.py
+    import torch._inductor.config as inductor_config
+    from torch._inductor import ir
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.graph import GraphLowering
+
+    assert callable(GraphLowering.run_node)
+    assert hasattr(ir, "TensorBox") and hasattr(ir, "StorageBox") and hasattr(ir.TensorBox, "realize")
+    assert isinstance(CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM, int)
+    for knob in ("max_fusion_size", "epilogue_fusion", "allow_buffer_reuse", "inplace_buffers", "force_disable_caches"):
+        assert hasattr(inductor_config, knob)

@@ -134,3 +134,23 @@ def test_ignored_ops_are_not_causes(tmp_path: Path) -> None:
     config = Config(ignore_ops=frozenset({"aten::cos"}))
     first = _report(a.close(), b.close(), config)["first_divergence"]
     assert first["op"] != "aten::cos"
+
+
+def test_bias_epilogue_fused_into_a_kernel_is_no_divergence(tmp_path: Path) -> None:
+    """CUDA inductor: eager addmm+relu vs mm + one kernel fusing add and relu."""
+    bias = torch.linspace(-1, 1, 4)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    out = torch.addmm(bias, X, W)
+    a.op("aten::addmm", [a.tensor("bias", bias), a.tensor("x", X, "mat1"), a.tensor("W", W, "mat2")],
+         [a.tensor("out", out, "0")], src="m.py:3")
+    a.op("aten::relu", [a.tensor("out", out)], [a.tensor("r", out.relu(), "0")], src="m.py:3")
+    mm = X @ W
+    b.op("aten::mm.out", [b.tensor("x", X), b.tensor("W", W, "mat2"), b.tensor("buf", mm, "out", fp=None)],
+         [b.tensor("buf", mm, "0")], src="m.py:3")
+    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_add_relu_0", "src": "m.py:3", "m": "Net",
+                    "fuses": [{"op": "aten::add.Tensor", "src": "m.py:3"}, {"op": "aten::relu", "src": "m.py:3"}],
+                    "in": [b.tensor("buf", mm, "in_out_ptr0"), b.tensor("bias", bias, "in_ptr0")],
+                    "out": [b.tensor("buf2", out.relu(), "in_out_ptr0")]})
+    b.seq += 1
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]

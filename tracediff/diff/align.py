@@ -49,8 +49,11 @@ def _sources_differ(a: Skeleton, b: Skeleton, i: int, j: int) -> bool:
     return bool(a.source[i]) and bool(b.source[j]) and a.source[i] != b.source[j]
 
 
-def align(a: Skeleton, b: Skeleton) -> array:
-    """For each alignable record of `a`, the index of its partner in `b`, or -1."""
+SHAPE_TIER = 3  # pairs made on output shapes alone: weak evidence, checked in the verdict
+
+
+def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
+    """For each alignable record of `a`: the index of its partner in `b` (or -1), and the tier that paired it."""
     pairs = align_sequences(a.primary, b.primary)
 
     def value_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[list, list]:
@@ -62,11 +65,18 @@ def align(a: Skeleton, b: Skeleton) -> array:
     def signature_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
         return a.signature[a0:a1], b.signature[b0:b1]
 
+    tier = bytearray(len(a))
+    for i, _ in pairs:
+        tier[i] = 1
     pairs = _refine(pairs, len(a), len(b), value_keys)
+    for i, _ in pairs:
+        tier[i] = tier[i] or 2
     shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys)) - set(pairs)
     # Same shapes alone is weak evidence: drop pairs whose source lines are both known and differ.
-    pairs = sorted(pairs + [(i, j) for i, j in shape_pairs if not _sources_differ(a, b, i, j)])
+    shape_pairs = {(i, j) for i, j in shape_pairs if not _sources_differ(a, b, i, j)}
+    for i, _ in shape_pairs:
+        tier[i] = SHAPE_TIER
     partner = array("q", [-1]) * len(a)
-    for i, j in pairs:
+    for i, j in sorted(pairs + list(shape_pairs)):
         partner[i] = j
-    return partner
+    return partner, tier

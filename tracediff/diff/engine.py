@@ -18,8 +18,8 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config) -> DiffR
     """Align trace B to reference trace A and find the first divergence."""
     a = build_skeleton(path_a)
     b = build_skeleton(path_b)
-    partner = align(a, b)
-    return find_divergence(a, b, partner, config)
+    partner, tier = align(a, b)
+    return find_divergence(a, b, partner, tier, config)
 
 
 def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

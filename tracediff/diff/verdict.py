@@ -25,7 +25,8 @@ from typing import Any, Iterator
 
 from tracediff.config import Config
 from tracediff.diff.compare import TensorComparison, compare_fingerprints, has_nonfinite
-from tracediff.diff.skeleton import Skeleton, alignable
+from tracediff.diff.align import SHAPE_TIER
+from tracediff.diff.skeleton import Skeleton, alignable, base_op
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -214,7 +215,18 @@ def _kind(worst: TensorDiff | None) -> str:
     return "nan" if worst is not None and worst.comparison.nonfinite else "output"
 
 
-def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) -> DiffResult:
+def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
+    """Do the two records compute the same op (a kernel: the last op it fuses)?"""
+    if ra["t"] == REGION or rb["t"] == REGION:
+        return ra["t"] == rb["t"]
+    name_b = rb.get("op")
+    if rb["t"] == KERNEL:
+        fuses = rb.get("fuses") or []
+        name_b = fuses[-1]["op"] if fuses else None
+    return name_b is not None and base_op(ra.get("op", "")) == base_op(name_b)
+
+
+def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config) -> DiffResult:
     result = DiffResult(a, b)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     walker = _Walker()
@@ -258,6 +270,17 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
                     note_structure(f"only in B: {Place.of(paired_b).op} at {paired_b.get('src')} (#{paired_b['i']})")
         rb = paired_b
         assert rb is not None
+        # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
+        by_name = (ra.get("op") == rb.get("op") or ra["t"] == REGION) and rb["t"] != KERNEL
+        if tier[alignable_index] == SHAPE_TIER and not _same_op(ra, rb):
+            # Paired only for standing in the same place with the same shapes. That is
+            # a substitution (cos computed as sin) only if both read the same values.
+            substituted, compared_inputs = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name)
+            if rb["t"] == KERNEL or substituted or not compared_inputs:
+                result.unpaired_a += 1
+                result.unpaired_b += 1
+                walker.unknown(ra, candidate=not ignored)
+                continue
         result.paired += 1
         if ignored:
             # Not compared and never a cause, but the walk back may pass through it.
@@ -265,13 +288,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
             continue
         result.compared += 1
 
-        same_op = ra.get("op") == rb.get("op") or ra["t"] == REGION
         out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True)
         if result.first is not None:
             result.inherited += bool(out_diffs)
             continue
-        # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
-        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=same_op and rb["t"] != KERNEL)
+        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name)
 
         fused_kernel = rb["t"] == KERNEL and len(rb.get("fuses") or ()) != 1
         if (ra["t"] == REGION and ra["ev"] == "exit") or fused_kernel:
@@ -295,7 +316,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, config: Config) ->
             if candidates:
                 result.first = _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False)
             else:
-                result.first = _changed_in_between(ra, rb, in_diffs, out_diffs, walker, b_producers, same_op)
+                result.first = _changed_in_between(ra, rb, in_diffs, out_diffs, walker, b_producers, by_name)
         else:
             walker.known(ra)
 

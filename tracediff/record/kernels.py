@@ -78,6 +78,13 @@ class GraphKernels:
     site_handles: dict[int, str] = field(default_factory=dict)  # wrapper line of a call -> handle
     params: dict[str, list[str]] = field(default_factory=dict)  # kernel -> C++ parameter names
 
+    def fused_ops(self, kernel: str, site: str | None) -> list[FusedOp]:
+        """The ops a launch of `kernel` fuses: by its call site, else its only handle."""
+        if site in self.fuses:
+            return self.fuses[site]
+        handles = [ops for handle, ops in self.fuses.items() if handle.rpartition(":")[0] == kernel]
+        return handles[0] if len(handles) == 1 else []
+
 
 def _aten_name(target: str) -> str:
     """`aten.sin.default` -> `aten::sin`; `aten.add.Tensor` -> `aten::add.Tensor`."""
@@ -105,16 +112,24 @@ def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | N
 
 
 def call_sites(source: str) -> dict[int, str]:
-    """Wrapper line number (1-based) of each kernel call -> its provenance handle `kernel:N`."""
+    """Wrapper line number (1-based) of each kernel call -> its provenance handle `kernel:N`.
+
+    The call is the first line after the handle's comment that names the kernel
+    (other lines may sit between, e.g. `stream0 = get_raw_stream(0)` before a
+    Triton launch).
+    """
     lines = source.splitlines()
     sites: dict[int, str] = {}
     for i, row in enumerate(lines):
         match = _PROVENANCE_HANDLE.search(row)
-        if match:
-            j = i + 1
-            while j < len(lines) and lines[j].strip().startswith("#"):
-                j += 1
-            sites[j + 1] = f"{match.group(1)}:{match.group(2)}"
+        if not match:
+            continue
+        kernel = match.group(1)
+        for j in range(i + 1, min(i + 12, len(lines))):
+            text = lines[j].strip()
+            if not text.startswith("#") and kernel in text:
+                sites[j + 1] = f"{kernel}:{match.group(2)}"
+                break
     return sites
 
 
@@ -287,7 +302,7 @@ class KernelCapture:
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
         result = kernel(*args, **kwargs)
         outputs = recorder.describe_tensors([(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)], written=True)
-        fuses = [op.as_record(recorder.region_root) for op in info.fuses.get(site or "", [])]
+        fuses = [op.as_record(recorder.region_root) for op in info.fused_ops(name, site)]
         recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs)
         return result
 

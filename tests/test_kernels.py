@@ -1,0 +1,128 @@
+"""Inductor kernel capture: provenance parsing (fast) and kernel records end to end (slow)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, invoke, marker_line
+from tracediff.record.kernels import call_sites, cpp_kernel_params, parse_post_grad_graph
+from tracediff.trace.reader import read_trace
+
+POST_GRAD = '''
+        # File: /src/model.py:37 in forward, code: y = self.lin(x)
+        permute: "f32[8, 8][1, 8]cpu" = torch.ops.aten.permute.default(arg0_1, [1, 0]);  arg0_1 = None
+        mm: "f32[4, 8][8, 1]cpu" = torch.ops.aten.mm.default(arg1_1, permute);  arg1_1 = permute = None
+
+        # File: /src/model.py:38 in forward, code: return torch.cos(torch.sin(y)) * 2
+        sin: "f32[4, 8][8, 1]cpu" = torch.ops.aten.sin.default(mm);  mm = None
+        cos: "f32[4, 8][8, 1]cpu" = torch.ops.aten.cos.default(sin);  sin = None
+        mul: "f32[4, 8][8, 1]cpu" = torch.ops.aten.mul.Tensor(cos, 2);  cos = None
+'''
+
+WRAPPER = """
+cpp_fused_cos_mul_sin_0 = async_compile.cpp_pybinding(['float*', 'const float*'], r'''
+#include <cpp_prefix.h>
+extern "C"  void  kernel(float* in_out_ptr0,
+                       const float* in_ptr0)
+{
+}
+''')
+
+class Runner:
+    def call(self, args):
+        buf0 = empty_strided_cpu((4, 8), (8, 1), torch.float32)
+        # [Provenance debug handles] extern_kernels.mm:1
+        extern_kernels.mm(arg1_1, reinterpret_tensor(arg0_1, (8, 8), (1, 8), 0), out=buf0)
+        buf1 = buf0; del buf0  # reuse
+        # [Provenance debug handles] cpp_fused_cos_mul_sin_0:2
+        cpp_fused_cos_mul_sin_0(buf1, arg2_1)
+        return (buf1, )
+"""
+
+
+def test_post_grad_graph_gives_op_and_line_in_graph_order() -> None:
+    nodes = parse_post_grad_graph(POST_GRAD)
+    assert list(nodes) == ["permute", "mm", "sin", "cos", "mul"]
+    assert nodes["cos"] == ("aten::cos", "/src/model.py", 38)
+    assert nodes["mul"] == ("aten::mul.Tensor", "/src/model.py", 38)
+    assert nodes["mm"][2] == 37
+
+
+def test_call_sites_map_wrapper_lines_to_handles() -> None:
+    sites = call_sites(WRAPPER)
+    lines = WRAPPER.splitlines()
+    handles = {lines[n - 1].strip().split("(")[0]: h for n, h in sites.items()}
+    assert handles == {"extern_kernels.mm": "extern_kernels.mm:1", "cpp_fused_cos_mul_sin_0": "cpp_fused_cos_mul_sin_0:2"}
+
+
+def test_cpp_kernel_parameters_tell_inputs_from_outputs() -> None:
+    assert cpp_kernel_params(WRAPPER) == {"cpp_fused_cos_mul_sin_0": ["in_out_ptr0", "in_ptr0"]}
+
+
+# -- end to end: one inductor compile each, shared through run_fixture -----------------------
+
+BACKENDS = "eager,inductor"
+
+
+@pytest.mark.slow
+def test_perturbed_op_inside_a_fused_kernel_is_pinned(run_fixture) -> None:
+    result = run_fixture("perturbed_fusion.py", BACKENDS)
+    report = result.report
+    assert result.exit_code == 1 and report["verdict"] == "diverged"
+    first = report["first_divergence"]
+    assert first["op"] == "aten::cos"
+    assert first["source"] == f"perturbed_fusion.py:{marker_line('perturbed_fusion.py', 'divergent line')}"
+    assert first["module"] == "Head"
+    assert first["candidates"] == [{k: first[k] for k in ("op", "index", "source", "module")} | {"code": first["code"]}]
+    narrowing = first["narrowing"]
+    assert narrowing["result"] == "pinned"
+    fused = [c["op"] for c in narrowing["fused_candidates"]]
+    assert {"aten::sin", "aten::cos", "aten::exp"} <= set(fused)
+    assert Path(narrowing["trace"]).is_file()
+
+
+@pytest.mark.slow
+def test_without_narrowing_the_kernel_ops_are_the_candidates(run_fixture) -> None:
+    result = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow")
+    first = result.report["first_divergence"]
+    assert result.exit_code == 1
+    ops = [c["op"] for c in first["candidates"]]
+    assert "aten::cos" in ops and "aten::sin" in ops and len(ops) > 1
+    assert first["op"] in ops
+    assert "narrowing" not in first
+    assert first["b"]["op"].startswith("cpp_fused_")
+
+
+@pytest.mark.slow
+def test_the_pass_only_runs_under_inductor(run_fixture) -> None:
+    result = run_fixture("perturbed_fusion.py", "eager,aot_eager")
+    assert result.exit_code == 0 and result.report["verdict"] == "match"
+
+
+@pytest.mark.slow
+def test_kernel_records_show_with_the_ops_they_fuse(run_fixture) -> None:
+    report = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow").report
+    shown = invoke("show", report["traces"][1])
+    kernel_lines = [line for line in shown.stdout.splitlines() if " kernel cpp_fused_" in line]
+    assert kernel_lines, shown.stdout
+    assert any("aten::sin" in line and "aten::cos" in line for line in kernel_lines)
+    assert "perturbed_fusion.py:" in kernel_lines[0]
+
+
+@pytest.mark.slow
+def test_kernels_are_recorded_with_caches_warm_and_cold(tmp_path: Path) -> None:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    kernels = []
+    for attempt in ("cold", "warm"):
+        trace = tmp_path / f"{attempt}.jsonl"
+        subprocess.run([sys.executable, "-m", "tracediff.run.child", "--backend", "inductor", "--out", str(trace),
+                        str(FIXTURES / "perturbed_fusion.py")], env=env, check=True, capture_output=True)
+        _, records = read_trace(trace)
+        kernels.append([(r["name"], [f["op"] for f in r["fuses"]]) for r in records if r["t"] == "kernel"])
+    assert kernels[0] and kernels[0] == kernels[1]
+    assert any("aten::cos" in ops for _, ops in kernels[1])
