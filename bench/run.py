@@ -221,7 +221,7 @@ def overhead_timing(workload: str, quick: bool, tmp: Path) -> dict[str, Any]:
     warm_s = time.perf_counter() - t0
     # Repetitions: as many as fit the time budget, within bounds.
     per_rep = warm_s / warmup
-    budget, lo, hi = (2.0, 3, 10) if quick else (15.0, 9, 61)
+    budget, lo, hi = (2.0, 3, 10) if quick else (12.0, 9, 41)
     reps = int(min(hi, max(lo, budget / max(per_rep, 1e-6))))
     load_before = os.getloadavg()[0]
     samples, faults = _time_interleaved(runners, reps)
@@ -410,6 +410,11 @@ def child_diff_e2e(a: str, b: str) -> dict[str, Any]:
             **_divergence_facts(result)}
 
 
+def _as_tuple(aligned: Any) -> tuple:
+    """`align` returns the partner array (older) or (partner, tier); find_divergence takes them in order."""
+    return tuple(aligned) if isinstance(aligned, tuple) else (aligned,)
+
+
 def child_diff_phases(a: str, b: str, breakdown: bool, gc_off: bool = False) -> dict[str, Any]:
     from tracediff.config import Config
     from tracediff.diff.align import align
@@ -434,14 +439,14 @@ def child_diff_phases(a: str, b: str, breakdown: bool, gc_off: bool = False) -> 
 
     sa = phase("build_skeleton_a", lambda: build_skeleton(a))
     sb = phase("build_skeleton_b", lambda: build_skeleton(b))
-    partner = phase("align", lambda: align(sa, sb))
+    aligned = _as_tuple(phase("align", lambda: align(sa, sb)))
     if gc_off:  # diagnostic: how much of the verdict pass is Python's cyclic GC
         gc.disable()
-    result = phase("find_divergence", lambda: find_divergence(sa, sb, partner, Config()))
+    result = phase("find_divergence", lambda: find_divergence(sa, sb, *aligned, Config()))
     gc.enable()
     out: dict[str, Any] = {"gc_off": gc_off, "times_s": times, "rss_base_mib": base, "phase_peak_rss_mib": peaks,
                            "rss_after_mib": after, "rss_peak_mib": max(peaks.values()), **_divergence_facts(result)}
-    del partner, result, sa, sb
+    del aligned, result, sa, sb
     gc.collect()
     if breakdown:
         out["breakdown_a"] = _parse_breakdown(a, _BREAKDOWN_RECORDS)
@@ -504,7 +509,7 @@ def _parse_breakdown(path: str, limit: int) -> dict[str, Any]:
           "trace_iter_alignable_keys_of": timed(with_keys)}
     if _first_nonfinite_origin is not None:
         us["trace_iter_nan_origin_scan"] = timed(with_nan_scan)
-    return {"records": limit, "us_per_record": us}
+    return {"records": sum(1 for _ in islice(Trace(path), limit)), "us_per_record": us}
 
 
 def child_profile_verdict(a: str, b: str) -> dict[str, Any]:
@@ -518,10 +523,10 @@ def child_profile_verdict(a: str, b: str) -> dict[str, Any]:
     from tracediff.diff.verdict import find_divergence
 
     sa, sb = build_skeleton(a), build_skeleton(b)
-    partner = align(sa, sb)
+    aligned = _as_tuple(align(sa, sb))
     prof = cProfile.Profile()
     prof.enable()
-    find_divergence(sa, sb, partner, Config())
+    find_divergence(sa, sb, *aligned, Config())
     prof.disable()
     stats = pstats.Stats(prof)
     total = stats.total_tt  # type: ignore[attr-defined]
@@ -740,24 +745,39 @@ def main(argv: list[str] | None = None) -> int:
         "sequence": section_sequence,
     }
     results: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     for name in sections:
         t0 = time.perf_counter()
-        results[name] = runners[name](args.quick)
+        try:
+            results[name] = runners[name](args.quick)
+        except Exception as e:  # one broken section (the package moves under us) must not lose the others
+            import traceback
+
+            failed[name] = f"{type(e).__name__}: {e}"
+            log(f"[{name}] FAILED:\n{traceback.format_exc()}")
+            continue
         log(f"[{name}] section done in {time.perf_counter() - t0:.0f} s")
     wall = time.perf_counter() - started
     text = render(machine, results, command, wall)
+    for name, error in failed.items():
+        text += f"\n## {name}: FAILED\n\n```\n{error[-3000:]}\n```\n"
 
     OUT.mkdir(parents=True, exist_ok=True)
     stem = "results" + (f"-{args.only}" if args.only else "") + ("-quick" if args.quick else "")
     (OUT / f"{stem}.md").write_text(text)
     (OUT / f"{stem}.json").write_text(json.dumps(
-        {"command": command, "wall_s": wall, "machine": machine, "results": results}, indent=1, default=str))
+        {"command": command, "wall_s": wall, "machine": machine, "results": results, "failed": failed},
+        indent=1, default=str))
     log(f"wrote {OUT / (stem + '.md')} and {OUT / (stem + '.json')} ({wall:.0f} s in all)")
     print(text)
+    status = 0
+    if failed:
+        log(f"ERROR: section(s) failed: {', '.join(failed)}")
+        status = 1
     if "diff" in results and not results["diff"]["found_planted"]:
         log("ERROR: the diff did not report the planted divergence")
-        return 1
-    return 0
+        status = 1
+    return status
 
 
 if __name__ == "__main__":

@@ -154,3 +154,15 @@ def test_bias_epilogue_fused_into_a_kernel_is_no_divergence(tmp_path: Path) -> N
     b.seq += 1
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_same_op_called_without_an_argument_is_not_compared(tmp_path: Path) -> None:
+    """CUDA inductor calls convolution without its bias and adds the bias in a fused kernel."""
+    bias = torch.linspace(-1, 1, 4)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    with_bias = torch.addmm(bias, X, W)
+    a.op("aten::lin", [a.tensor("x", X, "input"), a.tensor("W", W, "weight"), a.tensor("bias", bias, "bias")],
+         [a.tensor("y", with_bias, "0")], src="m.py:3")
+    b.op("aten::lin", [b.tensor("x", X, "input"), b.tensor("W", W, "weight")], [b.tensor("y0", X @ W, "0")], src="m.py:3")
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match" and report["unpaired"]["a"] == 1

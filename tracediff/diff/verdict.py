@@ -226,6 +226,29 @@ def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
     return name_b is not None and base_op(ra.get("op", "")) == base_op(name_b)
 
 
+def _tensor_args(record: dict[str, Any]) -> set[str]:
+    return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
+
+
+def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: "_Comparer", by_name: bool) -> bool:
+    """Is a pair from the aligner evidence enough to compare outputs?
+
+    - Same op, called with different tensor arguments (inductor on CUDA calls
+      `convolution` without its bias and adds the bias in a fused kernel): the
+      outputs are different quantities.
+    - Different ops paired on shapes alone: only a substitution (cos computed
+      as sin) when both read values that were compared and agree.
+    """
+    if ra["t"] == OP and rb["t"] == OP and ra["op"] == rb["op"] and _tensor_args(ra) != _tensor_args(rb):
+        return False
+    if tier == SHAPE_TIER and not _same_op(ra, rb):
+        if rb["t"] == KERNEL:
+            return False
+        substituted, compared_inputs = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name)
+        return bool(compared_inputs) and not substituted
+    return True
+
+
 def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config) -> DiffResult:
     result = DiffResult(a, b)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
@@ -272,15 +295,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         assert rb is not None
         # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
         by_name = (ra.get("op") == rb.get("op") or ra["t"] == REGION) and rb["t"] != KERNEL
-        if tier[alignable_index] == SHAPE_TIER and not _same_op(ra, rb):
-            # Paired only for standing in the same place with the same shapes. That is
-            # a substitution (cos computed as sin) only if both read the same values.
-            substituted, compared_inputs = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name)
-            if rb["t"] == KERNEL or substituted or not compared_inputs:
-                result.unpaired_a += 1
-                result.unpaired_b += 1
-                walker.unknown(ra, candidate=not ignored)
-                continue
+        if not _comparable_pair(ra, rb, tier[alignable_index], comparer, by_name):
+            result.unpaired_a += 1
+            result.unpaired_b += 1
+            walker.unknown(ra, candidate=not ignored)
+            continue
         result.paired += 1
         if ignored:
             # Not compared and never a cause, but the walk back may pass through it.

@@ -9,6 +9,7 @@ entries die with their tensors.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from typing import Any, Iterable, Iterator
@@ -105,6 +106,12 @@ def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
     return []
 
 
+def _inductor_benchmarking() -> bool:
+    """Inductor sets this flag (for DebugMode) while it benchmarks candidate kernels."""
+    utils = sys.modules.get("torch.utils._debug_mode._utils")
+    return bool(getattr(utils, "_IN_INDUCTOR_BENCHMARK", False))
+
+
 def _has_nonfinite_scalar(args: tuple, kwargs: dict) -> bool:
     for value in (*args, *kwargs.values()):
         if isinstance(value, float) and not math.isfinite(value):
@@ -195,6 +202,15 @@ class TraceRecorder(TorchDispatchMode):
         finally:
             self._internal = False
 
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Record nothing inside: tracediff's own work, or a kernel launch (autotuning benchmarks)."""
+        previous, self._internal = self._internal, True
+        try:
+            yield
+        finally:
+            self._internal = previous
+
     @property
     def internal(self) -> bool:
         """True while tracediff itself is computing (its ops are not the program's)."""
@@ -209,7 +225,7 @@ class TraceRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if self._internal or func.namespace in _SKIPPED_NAMESPACES:
+        if self._internal or func.namespace in _SKIPPED_NAMESPACES or _inductor_benchmarking():
             return func(*args, **kwargs)
         flat_args = list(args) + list(kwargs.values())
         if _is_fake_context(flat_args):
