@@ -307,19 +307,39 @@ def _run_child(args: list[str], timeout: float = 900) -> dict[str, Any]:
     return result
 
 
+# A workload's timing is retried when its plain median exceeds its best plain call by this factor.
+_NOISY = 1.25
+# No retries once the timing part of the section has run this long (keeps `make bench` near 10 minutes).
+_RETRY_BUDGET_S = 200.0
+
+
 def section_overhead(quick: bool) -> dict[str, Any]:
     import workloads
 
     tmp = Path(tempfile.mkdtemp(prefix="tracediff-bench-"))
     rows = []
+    attempts = 1 if quick else 3
+    started = time.perf_counter()
     for name in ("empty", *workloads.NAMES):
-        log(f"[overhead] timing {name} ...")
-        t0 = time.perf_counter()
-        row = overhead_timing(name, quick, tmp)
-        m = row["median_ms"]
-        log(f"[overhead]   {name}: plain {m['plain']:.2f} ms, tracediff {m['tracediff']:.2f} ms, "
-            f"DebugMode {m['debugmode']:.2f} ms ({row['reps']} reps, {time.perf_counter() - t0:.0f} s)")
-        rows.append(row)
+        tries: list[dict[str, Any]] = []
+        for attempt in range(attempts):
+            log(f"[overhead] timing {name} ..." + (f" (attempt {attempt + 1}: the last one was noisy)" if attempt else ""))
+            t0 = time.perf_counter()
+            row = overhead_timing(name, quick, tmp)
+            m = row["median_ms"]
+            row["noise"] = m["plain"] / row["min_ms"]["plain"] if row["min_ms"]["plain"] > 0 else 1.0
+            log(f"[overhead]   {name}: plain {m['plain']:.2f} ms, tracediff {m['tracediff']:.2f} ms, "
+                f"DebugMode {m['debugmode']:.2f} ms ({row['reps']} reps, noise {row['noise']:.2f}, "
+                f"{time.perf_counter() - t0:.0f} s)")
+            tries.append(row)
+            # Another process or the host took the CPU for part of the run: the plain median is
+            # well off its best call. Measure again (all configs) and keep the quietest attempt.
+            if name == "empty" or row["noise"] <= _NOISY or time.perf_counter() - started > _RETRY_BUDGET_S:
+                break
+        best = min(tries, key=lambda r: r["noise"])
+        best["attempts"] = len(tries)
+        best["noise_of_attempts"] = [r["noise"] for r in tries]
+        rows.append(best)
     calls = 2 if quick else 4
     memory: dict[str, dict[str, Any]] = {}
     for name in workloads.NAMES:
@@ -332,28 +352,54 @@ def section_overhead(quick: bool) -> dict[str, Any]:
 
 
 def table_overhead(res: dict[str, Any]) -> str:
+    ratio = (lambda x: "-" if x is None else f"{x:.1f}x")
     out = []
     out.append("| workload | plain ms | tracediff ms | DebugMode ms | tracediff / plain | DebugMode / plain "
-               "| tracediff / DebugMode | ops (tracediff / DebugMode) | tracediff us/op | bytes/op (jsonl / gz) | reps |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| tracediff / DebugMode | reps | noise: plain median / best |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in res["rows"]:
         m = r["median_ms"]
-        t = r["trace"]
         name = "(empty block)" if r["workload"] == "empty" else r["workload"]
-        ratio = (lambda x: "-" if x is None else f"{x:.1f}x")
-        per_op = f"{r['tracediff_us_per_op']:.0f}" if r.get("tracediff_us_per_op") else "-"
-        bpo = f"{t['bytes_per_op']:.0f} / {t['gzip_bytes_per_op']:.0f}" if t["ops"] else f"{t['bytes']} B file / -"
+        noise = m["plain"] / r["min_ms"]["plain"] if r["min_ms"]["plain"] > 0 else None
+        tries = f" (quietest of {r['attempts']} attempts)" if r.get("attempts", 1) > 1 else ""
         out.append(f"| {name} | {m['plain']:.2f} | {m['tracediff']:.2f} | {m['debugmode']:.2f} | "
                    f"{ratio(r['ratio_tracediff_plain'])} | {ratio(r['ratio_debugmode_plain'])} | "
-                   f"{r['ratio_tracediff_debugmode']:.2f}x | {t['ops']} / {r['debugmode_ops']} | {per_op} | {bpo} | {r['reps']} |")
+                   f"{r['ratio_tracediff_debugmode']:.2f}x | {r['reps']}{tries} | "
+                   f"{'-' if noise is None or name == '(empty block)' else f'{noise:.2f}'} |")
+    out.append("")
+    out.append("Best of the same repetitions (the least disturbed call of each config), per-op cost and trace size. "
+               "us/op: (config - plain) / ops, on medians. bytes/op: the recorded .jsonl, and gzip -9 of it "
+               "(what a `.jsonl.gz` trace costs), over ops recorded.")
+    out.append("")
+    out.append("| workload | best ms: plain / tracediff / DebugMode | best: tracediff / plain | best: DebugMode / plain "
+               "| ops: tracediff / DebugMode | us/op: tracediff / DebugMode | trace bytes/op: jsonl / gz |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for r in res["rows"]:
+        if r["workload"] == "empty":
+            continue
+        b = r["min_ms"]
+        t = r["trace"]
+        per_op = " / ".join("-" if r.get(k) is None else f"{r[k]:.0f}" for k in ("tracediff_us_per_op", "debugmode_us_per_op"))
+        bpo = f"{t['bytes_per_op']:.0f} / {t['gzip_bytes_per_op']:.0f}" if t["ops"] else "-"
+        out.append(f"| {r['workload']} | {b['plain']:.2f} / {b['tracediff']:.2f} / {b['debugmode']:.2f} | "
+                   f"{ratio(b['tracediff'] / b['plain'])} | {ratio(b['debugmode'] / b['plain'])} | "
+                   f"{t['ops']} / {r['debugmode_ops']} | {per_op} | {bpo} |")
+    empty = next((r for r in res["rows"] if r["workload"] == "empty"), None)
+    if empty:
+        out.append("")
+        out.append(f"(empty block): the fixed cost of entering and leaving the mode around nothing: tracediff "
+                   f"{empty['median_ms']['tracediff']:.2f} ms (header with numeric settings, file open, footer; "
+                   f"{empty['trace']['bytes']} B file), DebugMode {empty['median_ms']['debugmode']:.2f} ms.")
     out.append("")
     out.append(f"Memory. Peak RSS (all allocations, tensors included) of a fresh subprocess per (workload, "
                f"config) that imports everything, builds the model, enters an empty block under each mode, makes "
-               f"one plain call (so optimizer state exists), resets its RSS high-water mark, then calls the workload under its config {res['memory_calls']} times "
+               f"one plain call (so optimizer state exists), resets its RSS high-water mark, then calls the "
+               f"workload under its config {res['memory_calls']} times "
                f"(`gc.collect()` after each). Peak RSS is `VmHWM` from /proc/self/status, the counter behind "
                f"`ru_maxrss`: `ru_maxrss` itself is carried over from the parent across fork/exec on Linux, so in "
                f"a child of this harness it only reports the harness's own size. 'first call': the plain "
-               f"process's peak during one call, and what each mode adds to it. 'growth per further call': how much the peak still rises with each later call (a steady "
+               f"process's peak during one call, and what each mode adds to it. 'growth per further call': how "
+               f"much the peak still rises with each later call (a steady "
                f"state is 0; more means memory kept across calls). `tracemalloc` peak of one more call: Python "
                f"allocations only (record dicts, JSON text, DebugMode's call log), not tensor storage. Minor page "
                f"faults: median per call in the timing loop above (fresh memory touched by the call).")

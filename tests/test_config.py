@@ -84,3 +84,12 @@ def test_missing_config_file(tmp_path: Path) -> None:
 def test_no_file_means_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert load_config(None) == Config()
+
+
+def test_device_specific_tolerances(tmp_path: Path) -> None:
+    config = Config()
+    assert config.tolerance_for("float32", "aten::add", None, "cuda:0") == DEFAULT_TOLERANCES["float32@cuda"]
+    assert config.tolerance_for("float32", "aten::add", None, "cpu") == DEFAULT_TOLERANCES["float32"]
+    assert config.tolerance_for("bfloat16", "aten::add", None, "cuda:0") == DEFAULT_TOLERANCES["bfloat16"]
+    custom = load_config(_write(tmp_path, "tolerances:\n  float32@cuda: {rtol: 0.01}\n"))
+    assert custom.tolerance_for("float32", "aten::add", None, "cuda").rtol == 0.01

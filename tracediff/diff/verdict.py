@@ -200,7 +200,7 @@ class _Comparer:
             if not _comparable(ta, tb):
                 continue
             compared += 1
-            tolerance = self.config.tolerance_for(ta["dt"], op, ra.get("m"))
+            tolerance = self.config.tolerance_for(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu"))
             result = compare_fingerprints(ta["fp"], tb["fp"], tolerance)
             if not result.ok:
                 out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
