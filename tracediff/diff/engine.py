@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.align import align
-from tracediff.diff.skeleton import build_skeleton
+from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
 
 # Header fields that differ between any two runs and explain nothing.
 _HEADER_NOISE = ("started", "t")
 
 
+# Below this size a second process costs more than it saves.
+_PARALLEL_BYTES = 64 * 2**20
+
+
+def build_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, Skeleton]:
+    """Pass 1 over both files; two large files are read in two processes at once."""
+    sizes = [Path(p).stat().st_size if Path(p).is_file() else 0 for p in (path_a, path_b)]
+    if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
+        return build_skeleton(path_a), build_skeleton(path_b)
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1) as pool:
+        future_b = pool.submit(build_skeleton, path_b)
+        a = build_skeleton(path_a)
+        return a, future_b.result()
+
+
 def diff_traces(path_a: str | Path, path_b: str | Path, config: Config) -> DiffResult:
     """Align trace B to reference trace A and find the first divergence."""
-    a = build_skeleton(path_a)
-    b = build_skeleton(path_b)
+    a, b = build_skeletons(path_a, path_b)
     partner, tier = align(a, b)
     return find_divergence(a, b, partner, tier, config)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from tracediff.diff.place import Place, makes_nonfinite
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -83,8 +84,10 @@ class Skeleton:
     value: array = field(default_factory=lambda: array("q"))
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
+    is_region: bytearray = field(default_factory=bytearray)
     regions: int = 0
     ops: int = 0
+    nan_origin: Place | None = None  # first op making NaN/Inf from finite inputs
 
     def __len__(self) -> int:
         return len(self.primary)
@@ -96,10 +99,13 @@ def build_skeleton(path: str | Path) -> Skeleton:
     for record in trace:
         if record["t"] == OP:
             skeleton.ops += 1
+            if skeleton.nan_origin is None and makes_nonfinite(record):
+                skeleton.nan_origin = Place.of(record)
         elif record["t"] == REGION:
             skeleton.regions += 1
         if not alignable(record):
             continue
+        skeleton.is_region.append(record["t"] == REGION)
         primary, signature, value = keys_of(record)
         skeleton.primary.append(primary)
         skeleton.signature.append(signature)
@@ -112,8 +118,3 @@ def build_skeleton(path: str | Path) -> Skeleton:
     return skeleton
 
 
-def alignable_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The records `build_skeleton` keyed, in the same order (pass 2)."""
-    for record in Trace(path):
-        if alignable(record):
-            yield record

@@ -8,11 +8,14 @@ record whose outputs disagree is the first *observation* of divergence:
 - if an input already disagrees, the cause lies upstream among records that
   had no partner in B (fused into a kernel, decomposed differently): follow
   dataflow back from the disagreeing input through those records until values
-  known to agree; the records passed are the candidates.
+  known to agree; the records passed are the candidates;
+- if no such record exists, the value agreed when A made it and B changed it
+  before the read (an op only B runs), or it is a program input.
 
-Everything that disagrees later is inherited (an echo), only counted. Both
-files are streamed; what stays in memory is the alignment and a bounded map
-of recent unpaired producers for the walk back.
+Later disagreements are echoes, counted up to a limit; then reading stops,
+so a divergence early in a long run is reported without parsing the rest.
+Both files are streamed; what stays in memory is the alignment and bounded
+maps of compact producer entries for the walk back.
 """
 
 from __future__ import annotations
@@ -23,40 +26,22 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from tracediff.config import Config
-from tracediff.diff.compare import TensorComparison, compare_fingerprints, has_nonfinite
+from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
+from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.place import Place
 from tracediff.diff.skeleton import Skeleton, alignable, base_op
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
-# Bounds for the walk back: producers remembered, and nodes visited per walk.
-_PRODUCER_WINDOW = 500_000
+# Bounds: producers remembered for the walk back, nodes visited per walk,
+# echoes counted before pass 2 stops reading.
+_PRODUCER_WINDOW = 200_000
 _WALK_LIMIT = 10_000
+_INHERITED_LIMIT = 10_000
 _STRUCTURE_EXAMPLES = 5
 
-
-@dataclass(frozen=True)
-class Place:
-    """Where a record is: op, trace index, source line and module."""
-
-    index: int
-    op: str
-    source: str | None
-    module: str | None
-    code: str | None = None
-    path: str | None = None
-
-    @classmethod
-    def of(cls, record: dict[str, Any]) -> "Place":
-        if record["t"] == REGION:
-            name = f"region {record['ev']} {record['name']} (call {record['call']})"
-        else:
-            name = record.get("op") or record.get("name") or record["t"]
-        return cls(record["i"], name, record.get("src"), record.get("m"), record.get("code"), record.get("path"))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "index": self.index, "source": self.source, "module": self.module, "code": self.code}
+Key = tuple[int, Any]  # (tensor id, version): one value of one tensor
 
 
 @dataclass(frozen=True)
@@ -76,7 +61,7 @@ class TensorDiff:
 class Divergence:
     kind: str  # "output" | "nan" | "structure"
     a: Place  # the op reported as the cause (trace A)
-    b: Place | None  # B's counterpart of `observed`
+    b: Place | None  # B's counterpart of `observed`, or B's op that changed the value
     candidates: tuple[Place, ...]
     worst: TensorDiff | None
     inputs_agree: bool
@@ -85,9 +70,7 @@ class Divergence:
 
     @property
     def rel_diff(self) -> float | None:
-        if self.worst is None:
-            return None
-        return self.worst.comparison.rel_diff
+        return None if self.worst is None else self.worst.comparison.rel_diff
 
 
 @dataclass
@@ -96,18 +79,157 @@ class DiffResult:
     b: Skeleton
     first: Divergence | None = None
     inherited: int = 0  # later records whose outputs also disagree
+    inherited_complete: bool = True  # False: counting stopped at the limit
     compared: int = 0  # paired records compared
     paired: int = 0
     unpaired_a: int = 0
     unpaired_b: int = 0
     structure: list[str] = field(default_factory=list)
     structure_count: int = 0
-    nan_origin_a: Place | None = None
-    nan_origin_b: Place | None = None
+
+    @property
+    def nan_origin_a(self) -> Place | None:
+        return self.a.nan_origin
+
+    @property
+    def nan_origin_b(self) -> Place | None:
+        return self.b.nan_origin
 
 
-def _key(t: dict[str, Any]) -> tuple[int, Any]:
+def _key(t: dict[str, Any]) -> Key:
     return t["id"], t.get("v")
+
+
+def _reads(record: dict[str, Any]) -> tuple[Key, ...]:
+    return tuple(_key(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Produced:
+    """What the walk back needs of a record: where it is, what it read."""
+
+    place: Place
+    reads: tuple[Key, ...]
+    candidate: bool
+    uninit: bool
+
+
+class _Walker:
+    """Trace A's producers: of values not known to agree (walk back), and of values that agreed."""
+
+    def __init__(self) -> None:
+        self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
+        self.agreed: OrderedDict[Key, Place] = OrderedDict()
+
+    @staticmethod
+    def _put(table: OrderedDict, key: Key, value: Any) -> None:
+        table.pop(key, None)
+        table[key] = value
+        if len(table) > _PRODUCER_WINDOW:
+            table.popitem(last=False)
+
+    def unknown(self, record: dict[str, Any], candidate: bool) -> None:
+        outs = record.get("out", ())
+        entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs))
+        for t in outs:
+            self.agreed.pop(_key(t), None)
+            self._put(self.unknown_producers, _key(t), entry)
+
+    def known(self, record: dict[str, Any]) -> None:
+        """The record's outputs agree with B's; uninitialized ones stay suspects."""
+        place = Place.of(record)
+        for t in record.get("out", ()):
+            key = _key(t)
+            self.unknown_producers.pop(key, None)
+            if t.get("uninit"):
+                self._put(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
+            else:
+                self._put(self.agreed, key, place)
+
+    def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
+        """Candidate records upstream of the `start` tensors, oldest first."""
+        found: dict[int, _Produced] = {}
+        visited: set[int] = set()
+        stack = [_key(t) for t in start]
+        while stack and len(visited) < _WALK_LIMIT:
+            entry = self.unknown_producers.get(stack.pop())
+            if entry is None or entry.place.index in visited:
+                continue
+            visited.add(entry.place.index)
+            if entry.candidate:
+                found[entry.place.index] = entry
+            stack.extend(entry.reads)
+        return [found[i] for i in sorted(found)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """Who made a value in trace B (for naming an op only B runs)."""
+
+    place: Place
+    kernel: str | None
+    fused: tuple[str, ...]
+
+    def describe(self) -> str:
+        if self.kernel:
+            return f"kernel {self.kernel} ({', '.join(self.fused)})"
+        return self.place.op
+
+
+class _BSide:
+    """Trace B streamed in step with A: its alignable records, and who made each value."""
+
+    def __init__(self, path: Any) -> None:
+        self.producers: OrderedDict[Key, _Made] = OrderedDict()
+        self._records = self._alignable(Trace(path))
+        self.index = -1
+        self.current: dict[str, Any] | None = None
+
+    def _alignable(self, trace: Trace) -> Iterator[dict[str, Any]]:
+        for record in trace:
+            outs = record.get("out", ())
+            if outs:
+                made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
+                             tuple(f["op"] for f in record.get("fuses") or ()))
+                for t in outs:
+                    _Walker._put(self.producers, _key(t), made)
+            if alignable(record):
+                yield record
+
+    def advance_to(self, j: int) -> Iterator[dict[str, Any]]:
+        """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
+        while self.index < j:
+            self.current = next(self._records)
+            self.index += 1
+            if self.index < j:
+                yield self.current
+
+
+class _Comparer:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
+
+    def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
+        key = (dtype, op, module, device)
+        tolerance = self._tolerances.get(key)
+        if tolerance is None:
+            tolerance = self._tolerances[key] = self.config.tolerance_for(dtype, op, module, device)
+        return tolerance
+
+    def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool) -> tuple[list[TensorDiff], int]:
+        """Disagreeing tensors, and how many were compared."""
+        op = ra.get("op") or ra.get("name") or ""
+        out: list[TensorDiff] = []
+        compared = 0
+        for ta, tb in _pair_tensors(xs, ys, by_name):
+            if not _comparable(ta, tb):
+                continue
+            compared += 1
+            result = compare_fingerprints(ta["fp"], tb["fp"], self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu")))
+            if not result.ok:
+                out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+        return out, compared
 
 
 def _comparable(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
@@ -128,87 +250,9 @@ def _pair_tensors(xs: list[dict[str, Any]], ys: list[dict[str, Any]], by_name: b
     yield from zip(xs, ys)
 
 
-def _first_nonfinite_origin(record: dict[str, Any]) -> bool:
-    """True when an op produces NaN/Inf from finite inputs."""
-    if record["t"] != OP or record.get("nfs"):
-        return False
-    # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
-    if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") for t in record.get("out", ())):
-        return False
-    return not any(has_nonfinite(t.get("fp")) for t in record.get("in", ()))
-
-
-class _Walker:
-    """Pass-2 state for trace A: producers of values not known to agree, and of those that do."""
-
-    def __init__(self) -> None:
-        # (tensor id, version) -> (record, is a candidate): bounded, oldest dropped first.
-        self.producers: OrderedDict[tuple[int, Any], tuple[dict[str, Any], bool]] = OrderedDict()
-        # (tensor id, version) -> record whose output agreed with B's when produced.
-        self.agreed: OrderedDict[tuple[int, Any], dict[str, Any]] = OrderedDict()
-
-    def unknown(self, record: dict[str, Any], candidate: bool) -> None:
-        for t in record.get("out", ()):
-            key = _key(t)
-            self.producers.pop(key, None)
-            self.producers[key] = (record, candidate)
-        while len(self.producers) > _PRODUCER_WINDOW:
-            self.producers.popitem(last=False)
-
-    def known(self, record: dict[str, Any]) -> None:
-        """The record's outputs agree with B's; uninitialized ones stay suspects for the walk."""
-        for t in record.get("out", ()):
-            key = _key(t)
-            self.producers.pop(key, None)
-            if t.get("uninit"):
-                self.producers[key] = (record, True)
-            else:
-                self.agreed.pop(key, None)
-                self.agreed[key] = record
-        while len(self.agreed) > _PRODUCER_WINDOW:
-            self.agreed.popitem(last=False)
-
-    def walk_back(self, start: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Candidate records upstream of `start` tensors, oldest first."""
-        found: dict[int, dict[str, Any]] = {}
-        visited: set[int] = set()
-        stack = [_key(t) for t in start]
-        while stack and len(visited) < _WALK_LIMIT:
-            entry = self.producers.get(stack.pop())
-            if entry is None:
-                continue
-            record, candidate = entry
-            if record["i"] in visited:
-                continue
-            visited.add(record["i"])
-            if candidate:
-                found[record["i"]] = record
-            stack.extend(_key(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
-        return [found[i] for i in sorted(found)]
-
-
-class _Comparer:
-    def __init__(self, config: Config) -> None:
-        self.config = config
-
-    def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool) -> tuple[list[TensorDiff], int]:
-        """Disagreeing tensors, and how many were compared."""
-        op = ra.get("op") or ra.get("name") or ""
-        out: list[TensorDiff] = []
-        compared = 0
-        for ta, tb in _pair_tensors(xs, ys, by_name):
-            if not _comparable(ta, tb):
-                continue
-            compared += 1
-            tolerance = self.config.tolerance_for(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu"))
-            result = compare_fingerprints(ta["fp"], tb["fp"], tolerance)
-            if not result.ok:
-                out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
-        return out, compared
-
-
 def _worst(diffs: list[TensorDiff]) -> TensorDiff:
-    return max(diffs, key=lambda d: (d.comparison.nonfinite, d.comparison.rel_diff if math.isfinite(d.comparison.rel_diff) else 1e308))
+    return max(diffs, key=lambda d: (d.comparison.nonfinite,
+                                     d.comparison.rel_diff if math.isfinite(d.comparison.rel_diff) else 1e308))
 
 
 def _kind(worst: TensorDiff | None) -> str:
@@ -230,7 +274,7 @@ def _tensor_args(record: dict[str, Any]) -> set[str]:
     return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
 
 
-def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: "_Comparer", by_name: bool) -> bool:
+def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: _Comparer, by_name: bool) -> bool:
     """Is a pair from the aligner evidence enough to compare outputs?
 
     - Same op, called with different tensor arguments (inductor on CUDA calls
@@ -254,21 +298,16 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     walker = _Walker()
     comparer = _Comparer(config)
-    b_producers: OrderedDict[tuple[int, Any], dict[str, Any]] = OrderedDict()
-    b_records = _b_records(Trace(b.path), result, b_producers)
-    b_index = -1
-    paired_b: dict[str, Any] | None = None
-    region_inputs_b: dict[tuple, dict] = {}
+    b_side = _BSide(b.path)
+    rejected = 0
     alignable_index = -1
 
-    def note_structure(text: str) -> None:
-        result.structure_count += 1
-        if len(result.structure) < _STRUCTURE_EXAMPLES:
-            result.structure.append(text)
+    def example(side: str, record: dict[str, Any]) -> None:
+        if (record["t"] == REGION or not compiled) and len(result.structure) < _STRUCTURE_EXAMPLES:
+            place = Place.of(record)
+            result.structure.append(f"only in {side}: {place.op} at {place.source} (#{place.index})")
 
     for ra in Trace(a.path):
-        if result.nan_origin_a is None and _first_nonfinite_origin(ra):
-            result.nan_origin_a = Place.of(ra)
         if not alignable(ra):
             walker.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
             continue
@@ -276,31 +315,19 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         j = partner[alignable_index]
         ignored = ra["t"] == OP and config.is_ignored(ra["op"], ra.get("m"))
         if j < 0:
-            result.unpaired_a += 1
             walker.unknown(ra, candidate=not ignored)
-            if ra["t"] == REGION:
-                note_structure(f"only in A: {Place.of(ra).op} (#{ra['i']})")
-            elif not compiled:
-                note_structure(f"only in A: {ra.get('op')} at {ra.get('src')} (#{ra['i']})")
+            example("A", ra)
             continue
-        # Advance B to the partner; what B has in between is unpaired there.
-        while b_index < j:
-            paired_b = next(b_records)
-            b_index += 1
-            if b_index < j:
-                result.unpaired_b += 1
-                if paired_b["t"] == REGION or not compiled:
-                    note_structure(f"only in B: {Place.of(paired_b).op} at {paired_b.get('src')} (#{paired_b['i']})")
-        rb = paired_b
+        for passed in b_side.advance_to(j):
+            example("B", passed)
+        rb = b_side.current
         assert rb is not None
         # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
         by_name = (ra.get("op") == rb.get("op") or ra["t"] == REGION) and rb["t"] != KERNEL
         if not _comparable_pair(ra, rb, tier[alignable_index], comparer, by_name):
-            result.unpaired_a += 1
-            result.unpaired_b += 1
+            rejected += 1
             walker.unknown(ra, candidate=not ignored)
             continue
-        result.paired += 1
         if ignored:
             # Not compared and never a cause, but the walk back may pass through it.
             walker.unknown(ra, candidate=False)
@@ -310,6 +337,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True)
         if result.first is not None:
             result.inherited += bool(out_diffs)
+            if result.inherited >= _INHERITED_LIMIT:
+                result.inherited_complete = False
+                break
             continue
         in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name)
 
@@ -335,84 +365,82 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if candidates:
                 result.first = _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False)
             else:
-                result.first = _changed_in_between(ra, rb, in_diffs, out_diffs, walker, b_producers, by_name)
+                result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
             walker.known(ra)
 
-    # Drain B: anything left there is unpaired (and may hold B's first NaN).
-    for rb in b_records:
-        result.unpaired_b += 1
-        if rb["t"] == REGION or not compiled:
-            note_structure(f"only in B: {Place.of(rb).op} at {rb.get('src')} (#{rb['i']})")
-
-    if result.first is None and config.strict_structure and result.structure:
+    _count_structure(result, partner, rejected, compiled)
+    if result.first is None and config.strict_structure and result.structure_count:
+        detail = result.structure[0] if result.structure else "see the counts"
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
-                                  f"{result.structure_count} structure difference(s): {result.structure[0]}")
+                                  f"{result.structure_count} structure difference(s): {detail}")
     return result
 
 
-def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], out_diffs: list[TensorDiff], walker: _Walker,
-                        b_producers: "OrderedDict[tuple[int, Any], dict[str, Any]]", same_op: bool) -> Divergence:
+def _count_structure(result: DiffResult, partner: array, rejected: int, compiled: bool) -> None:
+    """Pairing counts from the alignment itself, so they hold even when reading stopped early."""
+    a, b = result.a, result.b
+    paired_b = bytearray(len(b))
+    for j in partner:
+        if j >= 0:
+            paired_b[j] = 1
+    result.paired = sum(paired_b) - rejected
+    result.unpaired_a = len(a) - result.paired
+    result.unpaired_b = len(b) - result.paired
+    if compiled:
+        # Inside compiled code fusion and decompositions change ops by design: only regions count.
+        result.structure_count = (
+            sum(1 for i, j in enumerate(partner) if j < 0 and a.is_region[i])
+            + sum(1 for j in range(len(b)) if not paired_b[j] and b.is_region[j])
+        )
+    else:
+        result.structure_count = result.unpaired_a + result.unpaired_b
+
+
+def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
+                        by_name: bool) -> Divergence:
     """An input differs although no unpaired op of A produced it.
 
     Either the value agreed when A's producer made it and B changed it before
     this op read it (an op only B runs, e.g. one a compiler pass inserted), or
     it is a program input that differs from the start.
     """
-    bad = _worst(in_diffs)
-    worst = bad  # the value B changed is the one to show
+    bad = _worst(in_diffs)  # the value B changed is the one to show
     ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
-    producer_a = walker.agreed.get(_key(ta))
-    tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), same_op) if x is ta), None)
-    producer_b = b_producers.get(_key(tb)) if tb is not None else None
-    if producer_a is None:
+    made_a = walker.agreed.get(_key(ta))
+    tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
+    made_b = b_side.producers.get(_key(tb)) if tb is not None else None
+    seen = Place.of(ra)
+    if made_a is None:
         note = (f"its input {bad.arg!r} already differs and no recorded op of A produced it: "
                 "a program input, parameter or buffer differs between the runs")
-        return Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note)
-    made = Place.of(producer_a)
-    if producer_b is not None and producer_b is not rb:
-        changer = Place.of(producer_b)
-        what = changer.op
-        if producer_b["t"] == "kernel":
-            what = f"kernel {producer_b['name']} ({', '.join(f['op'] for f in producer_b.get('fuses', []))})"
-        note = (f"the output of {made.op} agrees, but B changes it before {Place.of(ra).op} (#{ra['i']}) reads it: "
-                f"B runs {what} at {changer.source} (#{changer.index}), which A does not")
+        return Divergence(_kind(bad), seen, Place.of(rb), (seen,), bad, False, note)
+    if made_b is not None and made_b.place.index != rb["i"]:
+        note = (f"the output of {made_a.op} agrees, but B changes it before {seen.op} (#{seen.index}) reads it: "
+                f"B runs {made_b.describe()} at {made_b.place.source} (#{made_b.place.index}), which A does not")
     else:
-        note = f"the output of {made.op} agrees, but differs by the time {Place.of(ra).op} (#{ra['i']}) reads it"
-    return Divergence(_kind(worst), made, Place.of(producer_b) if producer_b else Place.of(rb), (made,), worst, False,
-                      note, observed=Place.of(ra))
+        note = f"the output of {made_a.op} agrees, but differs by the time {seen.op} (#{seen.index}) reads it"
+    return Divergence(_kind(bad), made_a, made_b.place if made_b else Place.of(rb), (made_a,), bad, False, note,
+                      observed=seen)
 
 
-def _from_walk(ra: dict, rb: dict, candidates: list[dict], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
+def _from_walk(ra: dict, rb: dict, candidates: list[_Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
     worst = _worst(diffs)
-    if not candidates:
-        what = "its input" if not inputs_agree else "its output"
-        note = (f"{what} {worst.arg!r} already differs and no recorded op of A produced it: "
-                "a program input, parameter or buffer differs between the runs")
-        return Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, inputs_agree, note)
-    places = tuple(Place.of(r) for r in candidates)
     seen = Place.of(ra)
+    if not candidates:
+        note = (f"its output {worst.arg!r} differs, but no op of A without a counterpart in B made it: "
+                "the difference comes from values this comparison cannot see")
+        return Divergence(_kind(worst), seen, Place.of(rb), (seen,), worst, inputs_agree, note)
+    places = tuple(c.place for c in candidates)
     if len(places) == 1:
         note = f"pinned: the only op between agreeing values and {seen.op} (#{seen.index}), where the difference shows"
+    elif rb["t"] == KERNEL:
+        note = (f"localized to the {len(places)} ops fused into kernel {rb.get('name')}, which writes "
+                f"{seen.op} (#{seen.index}); reported: the last of them")
     else:
         note = (f"localized to {len(places)} ops with no counterpart in B (fused or decomposed) "
                 f"feeding {seen.op} (#{seen.index}); reported: the last of them")
-    uninit = [p for p, r in zip(places, candidates) if any(t.get("uninit") for t in r.get("out", ()))]
+    uninit = [c.place for c in candidates if c.uninit]
     if uninit:
         note += f"; {uninit[0].op} at {uninit[0].source} returns uninitialized memory that is read before written"
     return Divergence(_kind(worst), places[-1], Place.of(rb), places, worst, inputs_agree, note, observed=seen)
-
-
-def _b_records(trace: Trace, result: DiffResult, producers: "OrderedDict[tuple[int, Any], dict[str, Any]]") -> Iterator[dict[str, Any]]:
-    """B's alignable records in order; notes B's first NaN origin and the producer of each value."""
-    for record in trace:
-        if result.nan_origin_b is None and _first_nonfinite_origin(record):
-            result.nan_origin_b = Place.of(record)
-        for t in record.get("out", ()):
-            key = _key(t)
-            producers.pop(key, None)
-            producers[key] = record
-        while len(producers) > _PRODUCER_WINDOW:
-            producers.popitem(last=False)
-        if alignable(record):
-            yield record

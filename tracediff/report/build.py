@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 from tracediff.config import Config
 from tracediff.diff.engine import header_differences
-from tracediff.diff.verdict import DiffResult, Divergence, Place, TensorDiff
+from tracediff.diff.place import Place
+from tracediff.diff.verdict import DiffResult, Divergence, TensorDiff
 from tracediff.errors import ExitCode
 from tracediff.run.launcher import RunResult
 
@@ -120,6 +121,7 @@ def build_report(
         "traces": [str(t) for t in traces],
         "first_divergence": _divergence(first) if first else None,
         "inherited": result.inherited,
+        "inherited_complete": result.inherited_complete,
         "compared": result.compared,
         "paired": result.paired,
         "unpaired": {"a": result.unpaired_a, "b": result.unpaired_b},

@@ -40,7 +40,7 @@ def render_text(report: dict[str, Any]) -> str:
 
     first = report.get("first_divergence")
     if first:
-        lines += _render_divergence(first, report.get("inherited", 0))
+        lines += _render_divergence(first, report.get("inherited", 0), report.get("inherited_complete", True))
     elif report["verdict"] == "failed" and "compared" in report:
         lines.append(f"  no divergence in the {report['compared']} records compared before the failure")
     elif report["verdict"] == "match":
@@ -77,7 +77,7 @@ def _tol(report: dict[str, Any], dtype: str) -> str:
     return f"rtol={t['rtol']:g}, atol={t['atol']:g}" if t else ""
 
 
-def _render_divergence(first: dict[str, Any], inherited: int) -> list[str]:
+def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = True) -> list[str]:
     lines = [f"  first divergence ({first['kind']}): {first['op']}  (#{first['index']})"]
     lines.append(f"    at     {first.get('source')}  {first.get('code') or ''}".rstrip())
     lines.append(f"    module {first.get('module')}")
@@ -107,5 +107,6 @@ def _render_divergence(first: dict[str, Any], inherited: int) -> list[str]:
         lines.append(f"    narrowing ({narrowing.get('result')}): {narrowing.get('method')}; "
                      f"the fused kernel held {len(fused)} ops: " + ", ".join(c["op"] for c in fused))
     if inherited:
-        lines.append(f"  {inherited} later record(s) differ too (inherited from this one)")
+        more = "" if complete else " or more (counting stopped there)"
+        lines.append(f"  {inherited}{more} later record(s) differ too (inherited from this one)")
     return lines

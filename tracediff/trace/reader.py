@@ -10,6 +10,8 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+
+import orjson
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -17,6 +19,16 @@ from tracediff.errors import TraceFormatError
 from tracediff.trace.schema import FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+def parse_line(text: str) -> Any:
+    """One JSON line. orjson parses trace records about twice as fast as json
+    (most of a diff's time is parsing); json takes the rare line orjson
+    refuses, e.g. `Infinity` from a float64 statistic that overflowed."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -62,7 +74,7 @@ class Trace:
             raise TraceFormatError(f"{self.path}: empty file, not a trace")
         _, text, _ = first
         try:
-            header = json.loads(text)
+            header = parse_line(text)
         except json.JSONDecodeError:
             raise TraceFormatError(f"{self.path}: not a trace file (line 1 is not JSON)") from None
         if not isinstance(header, dict) or header.get("t") != HEADER:
@@ -80,7 +92,7 @@ class Trace:
             raise RuntimeError("a Trace is read once; open it again to re-read")
         for number, text, complete_line in self._lines:
             try:
-                record = json.loads(text)
+                record = parse_line(text)
             except json.JSONDecodeError:
                 if not complete_line:
                     self.truncated_at = number  # the writer died mid-line

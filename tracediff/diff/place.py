@@ -1,0 +1,40 @@
+"""Where a record is in a trace: op, index, source line, module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tracediff.diff.compare import has_nonfinite
+from tracediff.trace.schema import OP, REGION
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    index: int
+    op: str
+    source: str | None
+    module: str | None
+    code: str | None = None
+    path: str | None = None
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> "Place":
+        if record["t"] == REGION:
+            name = f"region {record['ev']} {record['name']} (call {record['call']})"
+        else:
+            name = record.get("op") or record.get("name") or record["t"]
+        return cls(record["i"], name, record.get("src"), record.get("m"), record.get("code"), record.get("path"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "index": self.index, "source": self.source, "module": self.module, "code": self.code}
+
+
+def makes_nonfinite(record: dict[str, Any]) -> bool:
+    """True when an op produces NaN/Inf from finite inputs (a NaN origin)."""
+    if record["t"] != OP or record.get("nfs"):  # masked_fill(mask, -inf): Inf on purpose
+        return False
+    # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
+    if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") for t in record.get("out", ())):
+        return False
+    return not any(has_nonfinite(t.get("fp")) for t in record.get("in", ()))
