@@ -74,6 +74,7 @@ def cli() -> None:
       tracediff record train.py -o run.jsonl
       tracediff diff golden.jsonl run.jsonl
       tracediff show run.jsonl --module encoder.layer.3
+      tracediff bisect train.py --backend inductor
 
     Exit codes: 0 no divergence, 1 divergence, 2 bad usage or input, 3 a run failed.
     """
@@ -171,6 +172,41 @@ def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str |
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
     report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err,
                           narrow_fused=narrow)
+    _echo_err(f"tracediff: traces and report in {report['run_dir']}")
+    sys.exit(_emit(report, fmt))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path())
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--backend", default="inductor", show_default=True,
+              help="the compile backend whose numbers differ from eager")
+@click.option("--out-dir", type=click.Path(file_okay=False), help="where traces and report go [default: .tracediff/<time>/]")
+@click.option("--timeout", type=float, default=None, help="seconds per run before it is killed [default: 900]")
+@click.option("--seed", type=int, default=None, help="seed for torch, random and numpy [default: 0]")
+@_tolerance_options
+@_FORMAT
+def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str | None, timeout: float | None,
+           seed: int | None, rtol: float | None, atol: float | None, config_path: str | None,
+           strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+    """Find the compiler stage that changes SCRIPT's numbers, with torch's CompilerBisector.
+
+    Runs eager and BACKEND, and if they diverge, re-runs the script once per
+    bisection step (backend, then subsystem: decompositions, graph passes,
+    lowerings, config flips, then the single application) with tracediff's
+    verdict as the oracle. Exit 1 when a divergence was bisected, 0 when
+    there is nothing to bisect, 3 when a run fails.
+
+    \b
+      tracediff bisect train.py --backend inductor
+      tracediff bisect train.py --backend inductor --format json -- --steps 2
+    """
+    from tracediff.run.pipeline import bisect_script, parse_backends
+
+    parse_backends(f"eager,{backend}", script)
+    config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
+                          timeout=timeout, seed=seed)
+    report = bisect_script(script, list(_strip_dashdash(script_args)), backend, config, out_dir, _echo_err)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
 

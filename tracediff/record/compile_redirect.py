@@ -90,7 +90,7 @@ class CompileRedirect:
         @functools.wraps(fn)
         def region_call(*args: Any, **kwargs: Any) -> Any:
             call = self._next_call(region)
-            recorder.region_enter(name, root or "", region, call, _flat_tensors("in", (args, kwargs)))
+            recorder.region_enter(name, root, region, call, _flat_tensors("in", (args, kwargs)))
             out = compiled(*args, **kwargs)
             recorder.region_exit(name, region, call, _flat_tensors("out", out))
             return out

@@ -140,7 +140,7 @@ class TraceRecorder(TorchDispatchMode):
         self._seq = 0
         self.ops = 0
         # Region stack: (region root module name) for each compiled region we are in.
-        self._regions: list[str] = []
+        self._regions: list[str | None] = []
         # True while tracediff itself computes (fingerprints): those ops are not the program's.
         self._internal = False
 
@@ -296,7 +296,8 @@ class TraceRecorder(TorchDispatchMode):
 
     # -- compiled regions ----------------------------------------------------------
 
-    def region_enter(self, name: str, root: str, region: int, call: int, inputs: list[tuple[str, torch.Tensor]]) -> None:
+    def region_enter(self, name: str, root: str | None, region: int, call: int,
+                     inputs: list[tuple[str, torch.Tensor]]) -> None:
         record = {"t": REGION, "i": self._seq, "ev": "enter", "name": name, "r": region, "call": call,
                   "d": self.modules.depth + len(self._regions), "m": self.modules.current or root,
                   "in": self.describe_tensors(inputs)}

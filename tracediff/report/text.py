@@ -51,6 +51,8 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
                          "the values they feed into agree")
 
+    if "bisect" in report:
+        lines += _render_bisect(report)
     structure = report.get("structure") or {}
     if structure.get("count"):
         lines.append("")
@@ -70,6 +72,20 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _render_bisect(report: dict[str, Any]) -> list[str]:
+    found = report.get("bisect")
+    lines = ["", f"bisect ({report.get('oracle_calls', 0)} recorded runs):"]
+    if not found:
+        lines.append("  no stage found: every bisection step matched eager")
+        return lines
+    lines.append(f"  backend    {found['backend']}")
+    if found.get("subsystem"):
+        lines.append(f"  subsystem  {found['subsystem']}")
+    if found.get("debug_info"):
+        lines.append(f"  applied    #{found['bisect_number']}: {found['debug_info']}")
+    return lines
 
 
 def _tol(report: dict[str, Any], dtype: str) -> str:

@@ -99,6 +99,7 @@ def record_in_subprocess(
     timeout: float,
     echo: Callable[[str], None],
     materialize: bool = False,
+    env: dict[str, str] | None = None,
 ) -> RunResult:
     """Run `script` under the recorder with `backend`, writing `trace`; never raises for script failures."""
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
@@ -114,7 +115,7 @@ def record_in_subprocess(
         command += ["--fallback-random", "on" if fallback_random else "off"]
     command += [str(script), "--", *script_args]
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as log_file:
         process = subprocess.Popen(

@@ -91,3 +91,29 @@ def run_and_diff(
 def write_report(report: dict[str, Any], run_dir: Path) -> None:
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (run_dir / "report.txt").write_text(render_text(report), encoding="utf-8")
+
+
+def bisect_script(
+    script: str,
+    script_args: list[str],
+    backend: str,
+    config: Config,
+    out_dir: str | None,
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
+    """Diff eager against `backend`; if they diverge, bisect the compiler stage responsible."""
+    from tracediff.bisect.compiler import bisect_report, run_bisection
+    from tracediff.run.launcher import RunResult
+
+    report = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
+    if report["verdict"] == "match":
+        report["notes"] = [*report.get("notes", []), f"no divergence between eager and {backend}: nothing to bisect"]
+    if report["verdict"] != "diverged":
+        return report
+    run_dir = Path(report["run_dir"])
+    reference = RunResult("eager", Path(report["traces"][0]), run_dir / "a-eager.log", 0, False, 0.0)
+    echo(f"tracediff: bisecting {backend} with torch's CompilerBisector (one recorded run per step)")
+    result, log = run_bisection(check_script(script), script_args, backend, reference, config, run_dir, echo)
+    report = bisect_report(report, result, log)
+    write_report(report, run_dir)
+    return report

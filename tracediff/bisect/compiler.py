@@ -1,0 +1,147 @@
+"""`tracediff bisect`: which compiler stage, subsystem and application breaks the numbers.
+
+Uses torch's own `CompilerBisector` with tracediff's verdict as the oracle:
+each oracle call re-runs the script in a subprocess under the bisector's
+current settings, records it, and diffs it against the eager reference.
+
+Known upstream problems this avoids: the bisector keeps state in files that,
+left in inductor's cache directory, change later unrelated compiles. Here the
+state lives in a private temporary directory, handed to each subprocess as
+its inductor cache directory and removed in `finally` (also on Ctrl-C and on
+errors); the user's cache directory is never touched. The bisector's own
+progress goes to stderr so `--format json` keeps stdout clean.
+
+Pinned torch internals: CompilerBisector.do_bisect / in_process_cache /
+bisection_enabled / get_backend / get_subsystem / get_run_state, and the
+TORCH_BISECT_* environment variables its subprocess mode uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from tracediff.config import Config
+from tracediff.diff.engine import diff_traces
+from tracediff.errors import ExitCode, TraceFormatError
+from tracediff.report.build import build_report
+from tracediff.run.launcher import RunResult, record_in_subprocess
+
+
+@dataclass
+class OracleLog:
+    """Each oracle call: the bisector's position and the verdict there."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def private_bisector_state() -> Iterator[str]:
+    """Point CompilerBisector at a fresh private directory; restore and delete it afterwards."""
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    state_dir = tempfile.mkdtemp(prefix="tracediff-bisect-")
+    saved = (CompilerBisector.in_process_cache, CompilerBisector.bisection_enabled)
+    CompilerBisector.in_process_cache = state_dir
+    try:
+        yield state_dir
+    finally:
+        CompilerBisector.in_process_cache, CompilerBisector.bisection_enabled = saved
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _bisector_env(state_dir: str) -> dict[str, str]:
+    """What a subprocess needs to act on the bisector's current step (as torch's `run` mode passes it)."""
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_BISECT_")}
+    env["TORCHINDUCTOR_CACHE_DIR"] = state_dir  # the subprocess reads the state files from <cache>/bisect
+    backend = CompilerBisector.get_backend()
+    subsystem = CompilerBisector.get_subsystem()
+    if backend:
+        env["TORCH_BISECT_BACKEND"] = backend
+    if subsystem and backend:
+        env["TORCH_BISECT_SUBSYSTEM"] = subsystem
+        if CompilerBisector.get_run_state(backend, subsystem) == "test_disable":
+            env["TORCH_BISECT_MAX"] = "-1"
+    return env
+
+
+def run_bisection(
+    script: Path,
+    script_args: list[str],
+    backend: str,
+    reference: RunResult,
+    config: Config,
+    run_dir: Path,
+    echo: Callable[[str], None],
+) -> tuple[Any, OracleLog]:
+    """CompilerBisector.do_bisect with a tracediff oracle; returns (BisectionResult | None, log)."""
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    log = OracleLog()
+    with private_bisector_state() as state_dir:
+
+        def oracle() -> bool:
+            call = len(log.steps)
+            env = _bisector_env(state_dir)
+            stage = env.get("TORCH_BISECT_BACKEND"), env.get("TORCH_BISECT_SUBSYSTEM")
+            trace = run_dir / f"bisect-{call:03d}.jsonl"
+            started = time.perf_counter()
+            run = record_in_subprocess(
+                script, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
+                fallback_random=config.fallback_random, timeout=config.timeout, echo=lambda _line: None, env=env,
+            )
+            good = run.ok and _matches(reference, run, config)
+            log.steps.append({"call": call, "backend": stage[0], "subsystem": stage[1], "good": good,
+                              "run_failed": run.failure(), "seconds": round(time.perf_counter() - started, 1)})
+            echo(f"tracediff: bisect step {call}: backend={stage[0]} subsystem={stage[1] or '-'} -> "
+                 f"{'good' if good else 'diverges'} ({time.perf_counter() - started:.1f} s)")
+            trace.unlink(missing_ok=True)  # one trace per step would pile up; the verdict is logged
+            return good
+
+        with contextlib.redirect_stdout(sys.stderr):
+            result = CompilerBisector.do_bisect(oracle)
+    return result, log
+
+
+def _matches(reference: RunResult, run: RunResult, config: Config) -> bool:
+    try:
+        return diff_traces(reference.trace, run.trace, config).first is None
+    except TraceFormatError:
+        return False
+
+
+_OP_OVERLOAD = re.compile(r"<OpOverload\(op='([^']+)', overload='([^']+)'\)>")
+
+
+def readable_debug_info(info: str | None) -> str | None:
+    """`<OpOverload(op='aten.cos', overload='default')>` -> `aten.cos.default`."""
+    return _OP_OVERLOAD.sub(lambda m: f"{m.group(1)}.{m.group(2)}", info) if info else info
+
+
+def bisect_report(base: dict[str, Any], result: Any, log: OracleLog) -> dict[str, Any]:
+    """Add the bisection to a run report."""
+    if result is None:
+        bisect = None
+        note = "the bisector found every stage good: the divergence did not reproduce under bisection (flaky?)"
+    else:
+        bisect = {"backend": result.backend, "subsystem": result.subsystem, "bisect_number": result.bisect_number,
+                  "debug_info": readable_debug_info(result.debug_info)}
+        where = f"backend {result.backend}"
+        if result.subsystem:
+            where += f", subsystem {result.subsystem}"
+        if result.debug_info:
+            where += f", application #{result.bisect_number}: {bisect['debug_info']}"
+        note = f"bisected: the divergence first appears at {where}"
+    notes = [*base.get("notes", []), note]
+    return dict(base, bisect=bisect, bisect_steps=log.steps, oracle_calls=len(log.steps), notes=notes,
+                exit_code=int(ExitCode.DIVERGED), verdict="diverged")
