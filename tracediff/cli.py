@@ -33,6 +33,18 @@ def _tolerance_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _run_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Options of the commands that run the script: where output goes, limits, seed."""
+    for option in reversed([
+        click.option("--out-dir", type=click.Path(file_okay=False),
+                     help="where traces and report go [default: .tracediff/<time>/]"),
+        click.option("--timeout", type=float, default=None, help="seconds per run before it is killed [default: 900]"),
+        click.option("--seed", type=int, default=None, help="seed for torch, random and numpy in every run [default: 0]"),
+    ]):
+        f = option(f)
+    return f
+
+
 def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
@@ -145,9 +157,7 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--backends", default="eager,inductor", show_default=True,
               help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr")
-@click.option("--out-dir", type=click.Path(file_okay=False), help="where traces and report go [default: .tracediff/<time>/]")
-@click.option("--timeout", type=float, default=None, help="seconds per run before it is killed [default: 900]")
-@click.option("--seed", type=int, default=None, help="seed for torch, random and numpy in both runs [default: 0]")
+@_run_options
 @click.option("--fallback-random/--no-fallback-random", default=None,
               help="inductor calls eager's RNG so random ops agree [default: on for inductor]")
 @click.option("--narrow/--no-narrow", default=True, show_default=True,
@@ -181,9 +191,7 @@ def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str |
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--backend", default="inductor", show_default=True,
               help="the compile backend whose numbers differ from eager")
-@click.option("--out-dir", type=click.Path(file_okay=False), help="where traces and report go [default: .tracediff/<time>/]")
-@click.option("--timeout", type=float, default=None, help="seconds per run before it is killed [default: 900]")
-@click.option("--seed", type=int, default=None, help="seed for torch, random and numpy [default: 0]")
+@_run_options
 @_tolerance_options
 @_FORMAT
 def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str | None, timeout: float | None,
