@@ -1,6 +1,6 @@
 """tracediff benchmarks (`make bench`): recording overhead, diff at scale, aligner.
 
-    python bench/run.py                 # everything (about 9 minutes on 2 CPU cores; +40 s the first time)
+    python bench/run.py                 # everything (6-9 minutes on 2 CPU cores; +40 s the first time)
     python bench/run.py --quick         # smoke run: few repetitions, a 50k-record diff, no aligner table
     python bench/run.py --only overhead # one section: overhead | diff | sequence
     python bench/run.py --only diff --gc-check   # + the verdict pass timed with the cyclic GC off
@@ -78,13 +78,8 @@ def machine_facts() -> dict[str, Any]:
                 ram_gib = round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
-    import hashlib
-
-    digest = hashlib.sha256()
-    for source in sorted((ROOT / "tracediff").rglob("*.py")):
-        digest.update(str(source.relative_to(ROOT)).encode() + b"\0" + source.read_bytes())
     return {
-        "source_digest": digest.hexdigest()[:12],
+        "source_digest": source_digest(),
         "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu": cpu,
         "ram_gib": ram_gib,
@@ -96,6 +91,16 @@ def machine_facts() -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "loadavg": list(os.getloadavg()),
     }
+
+
+def source_digest() -> str:
+    """sha256 of tracediff/**/*.py: which code state the figures belong to (others edit it meanwhile)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for source in sorted((ROOT / "tracediff").rglob("*.py")):
+        digest.update(str(source.relative_to(ROOT)).encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def maxrss_mib() -> float:
@@ -432,6 +437,7 @@ def _divergence_facts(result: Any) -> dict[str, Any]:
     first = result.first
     facts: dict[str, Any] = {"paired": result.paired, "compared": result.compared, "unpaired_a": result.unpaired_a,
                              "unpaired_b": result.unpaired_b, "inherited": result.inherited,
+                             "inherited_complete": getattr(result, "inherited_complete", True),
                              "structure_count": result.structure_count, "skeleton_a": len(result.a),
                              "skeleton_b": len(result.b), "first": None}
     if first is not None:
@@ -446,14 +452,21 @@ def child_diff_e2e(a: str, b: str) -> dict[str, Any]:
     from tracediff.config import Config
     from tracediff.diff.engine import diff_traces
 
+    import tracediff.diff.engine as engine
+
     gc.collect()
     reset_peak_rss()
     base = rss_mib()
+    cpu0 = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     t0 = time.perf_counter()
     result = diff_traces(a, b, Config())
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "rss_base_mib": base, "rss_peak_mib": peak_rss_mib(), "ru_maxrss_mib": maxrss_mib(),
-            **_divergence_facts(result)}
+    cpu1 = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu = sum((r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime) for r0, r1 in zip(cpu0, cpu1))
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"wall_s": wall, "cpu_s": cpu, "rss_base_mib": base, "rss_peak_mib": peak_rss_mib(),
+            "ru_maxrss_mib": maxrss_mib(), "children_ru_maxrss_mib": children or None,
+            "parallel_skeletons": hasattr(engine, "build_skeletons"), **_divergence_facts(result)}
 
 
 def _as_tuple(aligned: Any) -> tuple:
@@ -524,14 +537,20 @@ def _parse_breakdown(path: str, limit: int) -> dict[str, Any]:
         with open(path, encoding="utf-8") as f:
             return sum(1 for _ in islice(f, 1, limit + 1))
 
-    def loads() -> int:
-        decode = json.loads
-        n = 0
-        with open(path, encoding="utf-8") as f:
-            for line in islice(f, 1, limit + 1):
-                decode(line)
-                n += 1
-        return n
+    def loads_with(decode: Callable[[str], Any]) -> Callable[[], int]:
+        def body() -> int:
+            n = 0
+            with open(path, encoding="utf-8") as f:
+                for line in islice(f, 1, limit + 1):
+                    decode(line)
+                    n += 1
+            return n
+        return body
+
+    try:  # the reader's own decoder (orjson with a json fallback, where it has one)
+        from tracediff.trace.reader import parse_line
+    except ImportError:
+        parse_line = None
 
     def trace_iter() -> int:
         return sum(1 for _ in islice(Trace(path), limit))
@@ -551,8 +570,11 @@ def _parse_breakdown(path: str, limit: int) -> dict[str, Any]:
             n += 1
         return n
 
-    us = {"read_lines": timed(lines_only), "json_loads": timed(loads), "trace_iter": timed(trace_iter),
-          "trace_iter_alignable_keys_of": timed(with_keys)}
+    us = {"read_lines": timed(lines_only), "json_loads": timed(loads_with(json.loads))}
+    if parse_line is not None:
+        us["reader_parse_line"] = timed(loads_with(parse_line))
+    us["trace_iter"] = timed(trace_iter)
+    us["trace_iter_alignable_keys_of"] = timed(with_keys)
     if _first_nonfinite_origin is not None:
         us["trace_iter_nan_origin_scan"] = timed(with_nan_scan)
     return {"records": sum(1 for _ in islice(Trace(path), limit)), "us_per_record": us}
@@ -636,12 +658,19 @@ def table_diff(res: dict[str, Any]) -> str:
         "| measure | value |",
         "|---|---:|",
         f"| `diff_traces(a, b, Config())` end to end, wall | {e2e['wall_s']:.1f} s |",
+        f"| CPU time (user + sys, worker processes included) | {e2e['cpu_s']:.1f} s |",
         f"| peak RSS during it (VmHWM, fresh subprocess) | {e2e['rss_peak_mib']:.0f} MiB "
         f"(RSS before the call: {e2e['rss_base_mib']:.0f} MiB) |",
+        *([f"| peak RSS of its worker processes (`ru_maxrss` of children) | {e2e['children_ru_maxrss_mib']:.0f} MiB |"]
+          if e2e.get("children_ru_maxrss_mib") else []),
         f"| throughput | {(na + nb) / e2e['wall_s'] / 1e3:.0f} k records/s, "
         f"{(meta['bytes_a'] + meta['bytes_b']) / 2**20 / e2e['wall_s']:.0f} MiB/s |",
         "",
-        "Phases (a second fresh subprocess making the same calls as `diff_traces`, timed one by one):",
+        ("Phases (a second fresh subprocess making the calls `diff_traces` makes, timed one by one; the skeletons "
+         "here one after the other, whereas `diff_traces` builds the two in parallel processes for large files "
+         "(`engine.build_skeletons`), so end to end can be less than the sum):"
+         if e2e.get("parallel_skeletons") else
+         "Phases (a second fresh subprocess making the same calls as `diff_traces`, timed one by one):"),
         "",
         "| phase | seconds | share | peak RSS during the phase, MiB |",
         "|---|---:|---:|---:|",
@@ -657,25 +686,17 @@ def table_diff(res: dict[str, Any]) -> str:
                     f"timed separately), against `build_skeleton(A)`'s {skel_us:.1f} us per record:", "",
                 "| pass | us per record | share of build_skeleton |", "|---|---:|---:|",
                 f"| read lines (file I/O + UTF-8 decode) | {us['read_lines']:.2f} | {100 * us['read_lines'] / skel_us:.0f}% |",
-                f"| + `json.loads` | {us['json_loads']:.2f} | {100 * us['json_loads'] / skel_us:.0f}% |",
+                f"| + stdlib `json.loads` | {us['json_loads']:.2f} | {100 * us['json_loads'] / skel_us:.0f}% |"]
+        if "reader_parse_line" in us:
+            out.append(f"| + the reader's `parse_line` (what `Trace` uses) | {us['reader_parse_line']:.2f} | "
+                       f"{100 * us['reader_parse_line'] / skel_us:.0f}% |")
+        out += [
                 f"| `Trace` iteration (reader, validation) | {us['trace_iter']:.2f} | {100 * us['trace_iter'] / skel_us:.0f}% |",
                 f"| + `alignable` + `keys_of` | {us['trace_iter_alignable_keys_of']:.2f} | "
                 f"{100 * us['trace_iter_alignable_keys_of'] / skel_us:.0f}% |"]
         if "trace_iter_nan_origin_scan" in us:
             out.append(f"| `Trace` iteration + `_first_nonfinite_origin` (verdict's NaN-origin scan) | "
                        f"{us['trace_iter_nan_origin_scan']:.2f} | - |")
-        fd = t["find_divergence"]
-        parse = us["trace_iter"] * (na + nb) / 1e6
-        parts = [f"re-reading and parsing both files ~{parse:.1f} s ({100 * parse / fd:.0f}%)"]
-        if "trace_iter_nan_origin_scan" in us:
-            scan = (us["trace_iter_nan_origin_scan"] - us["trace_iter"]) * (na + nb) / 1e6
-            parts.append(f"the NaN-origin scan of every record of both files ~{scan:.1f} s ({100 * scan / fd:.0f}%)")
-            rest = fd - parse - scan
-        else:
-            rest = fd - parse
-        parts.append(f"the rest (pairing, fingerprint comparisons of every paired record, inherited count, "
-                     f"walker) ~{rest:.1f} s ({100 * rest / fd:.0f}%)")
-        out += ["", f"Estimated split of `find_divergence` ({fd:.1f} s) from those rates: " + "; ".join(parts) + "."]
     if res.get("phases_gc_off"):
         off = res["phases_gc_off"]["times_s"]["find_divergence"]
         fd = t["find_divergence"]
@@ -692,7 +713,9 @@ def table_diff(res: dict[str, Any]) -> str:
     f = e2e["first"]
     out += ["", "Verdict: " + (
         f"first divergence `{f['kind']}` at A #{f['index_a']} {f['op']} ({f['source']}, {f['module']}), B #{f['index_b']}, "
-        f"rel diff {f['rel_diff']:.3g}, {f['note']}; {e2e['inherited']:,} later records inherited; "
+        f"rel diff {f['rel_diff']:.3g}, {f['note']}; {e2e['inherited']:,}"
+        f"{'' if e2e.get('inherited_complete', True) else ' (the verdict stops counting there)'} later records "
+        f"inherited; "
         f"paired {e2e['paired']:,}, unpaired A {e2e['unpaired_a']} / B {e2e['unpaired_b']}."
         if f else "no divergence found."),
         "",
@@ -737,6 +760,10 @@ def render(machine: dict[str, Any], results: dict[str, Any], command: str, wall:
         f"tracediff {m['tracediff']} (sha256 of tracediff/*.py: {m['source_digest']}); {m['date']}; "
         f"load average {m['loadavg'][0]:.2f} at start.",
     ]
+    changed = [n for n, r in results.items() if r.get("source_changed")]
+    if changed:
+        parts += ["", f"**Warning:** tracediff/ sources changed while these sections ran: {', '.join(changed)}; "
+                      f"their figures mix two code states."]
     if "overhead" in results:
         parts += ["", "## Recording overhead (eager, CPU)", "",
                   "Median ms per call (perf_counter around the whole `with` block: session set-up, header, "
@@ -794,8 +821,13 @@ def main(argv: list[str] | None = None) -> int:
     failed: dict[str, str] = {}
     for name in sections:
         t0 = time.perf_counter()
+        digest_before = source_digest()
         try:
             results[name] = runners[name](args.quick)
+            results[name]["source_digest"] = digest_before
+            if source_digest() != digest_before:
+                results[name]["source_changed"] = source_digest()
+                log(f"[{name}] WARNING: tracediff/ sources changed while this section ran")
         except Exception as e:  # one broken section (the package moves under us) must not lose the others
             import traceback
 
