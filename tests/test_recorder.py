@@ -192,3 +192,36 @@ def test_third_party_code_in_site_packages_is_the_source(tmp_path: Path) -> None
     with tracediff.record(tmp_path / "t.jsonl"):
         exec(code, {"torch": torch})
     assert {r["src"] for r in _ops(tmp_path / "t.jsonl")} == {"modeling_fake.py:1"}
+
+
+def test_a_forward_without_backward_keeps_no_graph_alive(tmp_path: Path) -> None:
+    # An eval loop with autograd on must not grow: nothing may hold the graph.
+    import gc
+    import weakref
+
+    net = _Outer()
+    with tracediff.record(tmp_path / "t.jsonl"):
+        out = net(torch.randn(3, 4, requires_grad=True))
+        alive = weakref.ref(out)
+        del out
+        gc.collect()
+        assert alive() is None
+
+
+def test_saved_activations_are_freed_without_a_backward(tmp_path: Path) -> None:
+    # torch's ModTracker keeps them alive through grad hooks that never fire (pytorch#139214).
+    import gc
+    import weakref
+
+    saved: list[weakref.ref] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(weakref.ref(t))
+        return t
+
+    net = _Outer()
+    with tracediff.record(tmp_path / "t.jsonl"), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for _ in range(3):
+            net(torch.randn(3, 4, requires_grad=True)).sum()
+        gc.collect()
+    assert saved and all(ref() is None for ref in saved)

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import torch
-from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-def test_modtracker_names_and_internal_tables() -> None:
-    # record/modules.py aliases an OptimizedModule through these two attributes.
-    tracker = ModTracker()
-    net = torch.nn.Sequential(torch.nn.Linear(2, 2))
-    assert tracker._get_mod_name(net) == "Sequential"
-    assert tracker._get_mod_name(net[0]) == "Sequential.0"
-    assert isinstance(tracker._known_modules, dict) or hasattr(tracker._known_modules, "__setitem__")
-    assert hasattr(tracker._seen_modules, "add")
-    assert hasattr(tracker, "is_bw")
+def test_autograd_sequence_numbers_for_backward_attribution() -> None:
+    # record/modules.py maps backward nodes to modules through forward sequence numbers.
+    x = torch.ones(2, requires_grad=True)
+    first = torch._C._autograd._get_sequence_nr()
+    y = (x * 2).sum()
+    assert torch._C._autograd._get_sequence_nr() > first
+    seen = []
+
+    class Probe(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            node = torch._C._current_autograd_node()
+            seen.append(None if node is None else node._sequence_nr())
+            return func(*args, **(kwargs or {}))
+
+    assert torch._C._current_autograd_node() is None
+    with Probe():
+        y.backward()
+    assert any(s is not None and first <= s for s in seen)
 
 
 def test_graph_module_line_map() -> None:

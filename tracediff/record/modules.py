@@ -1,19 +1,36 @@
-"""Which nn.Module an op runs in, forward and backward, using torch's ModTracker.
+"""Which nn.Module an op runs in, forward and backward, without holding the autograd graph.
 
-ModTracker names modules by path from the root (`Net.block.act`) and follows
-backward through autograd hooks. It skips modules running inside a compiled
-region; there the module path comes from the FX graph instead (record/source).
+Forward: global module forward hooks keep a stack of module paths
+(`Net.block.act`, named from the root module down, as torch's ModTracker
+names them). Backward: every autograd node made during a module's forward
+gets a sequence number; when a module call ends it claims the numbers made
+inside it that no inner module claimed, and a backward op looks up the
+number of the node being executed (`torch._C._current_autograd_node()`).
 
-Relies on ModTracker internals `_known_modules` and `_seen_modules` to name a
-compiled `OptimizedModule` like the module it wraps (tests/test_torch_pins.py).
+torch's ModTracker follows backward with grad hooks on module inputs and
+outputs instead; without a backward (an eval loop with autograd on) those
+hooks never fire and keep every forward's graph alive (pytorch#139214).
+Nothing here holds a tensor or a graph node.
+
+Module hooks do not run inside compiled code: there the module path comes
+from the FX graph (record/source).
 """
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 import torch
-from torch.distributed._tools.mod_tracker import ModTracker
+
+# Sequence numbers remembered for backward attribution: a forward's worth, and more.
+_SEQUENCE_WINDOW = 1_000_000
+
+
+def _in_compiled_module() -> bool:
+    check = getattr(torch._dynamo.eval_frame, "_is_in_optimized_module", None)
+    return bool(check and check())
 
 
 def _is_optimized_module(module: torch.nn.Module) -> bool:
@@ -21,43 +38,64 @@ def _is_optimized_module(module: torch.nn.Module) -> bool:
 
 
 class ModuleStack:
-    """The innermost active module path, kept on this instance (no globals)."""
+    """The innermost active module path; all state on the instance, hooks removed on exit."""
 
     def __init__(self) -> None:
-        self._tracker = ModTracker()
-        self._stack: list[str] = []
-        self._tracker.register_user_hooks(
-            pre_fw_hook=self._enter,
-            post_fw_hook=lambda module, inputs, outputs: self._exit(module),
-            pre_bw_hook=self._enter,
-            post_bw_hook=lambda module, grads: self._exit(module),
-        )
+        self._names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+        self._stack: list[tuple[str, int]] = []  # (module path, first sequence number of its call)
+        self._by_sequence: OrderedDict[int, str] = OrderedDict()
+        self._handles: list[Any] = []
+
+    # -- names ----------------------------------------------------------------------
+
+    def name_of(self, module: torch.nn.Module) -> str:
+        """`Net` for a root module, `Net.block.act` for its descendants."""
+        name = self._names.get(module)
+        if name is None:
+            name = type(module).__name__
+            self._names[module] = name
+            for child_path, child in module.named_modules(prefix=name):
+                if child is not module:
+                    self._names.setdefault(child, child_path)
+        return name
+
+    def alias(self, wrapper: torch.nn.Module, wrapped: torch.nn.Module) -> None:
+        """Name `wrapper` (an OptimizedModule) like the module it wraps."""
+        self._names[wrapper] = self.name_of(wrapped)
+
+    # -- hooks ------------------------------------------------------------------------
 
     def _enter(self, module: torch.nn.Module, _inputs: Any) -> None:
-        if not _is_optimized_module(module):
-            self._stack.append(self._tracker._get_mod_name(module))
-
-    def _exit(self, module: torch.nn.Module) -> None:
-        if _is_optimized_module(module):
+        if _is_optimized_module(module) or _in_compiled_module():
             return
-        name = self._tracker._get_mod_name(module)
-        # Backward does not nest strictly (inputs without grad skip hooks): drop the
-        # latest entry of this name rather than trusting the top.
-        for i in range(len(self._stack) - 1, -1, -1):
-            if self._stack[i] == name:
-                del self._stack[i]
-                return
+        self._stack.append((self.name_of(module), torch._C._autograd._get_sequence_nr()))
+
+    def _exit(self, module: torch.nn.Module, _inputs: Any, _outputs: Any) -> None:
+        if _is_optimized_module(module) or _in_compiled_module() or not self._stack:
+            return
+        name = self.name_of(module)
+        # Pop to this module's entry (a module that raised may have left inner entries behind).
+        while self._stack:
+            entry_name, first = self._stack.pop()
+            if entry_name == name:
+                break
+        else:
+            return
+        # Inner modules exited first and claimed their numbers; the rest are this module's.
+        for sequence in range(first, torch._C._autograd._get_sequence_nr()):
+            if sequence not in self._by_sequence:
+                self._by_sequence[sequence] = name
+        while len(self._by_sequence) > _SEQUENCE_WINDOW:
+            self._by_sequence.popitem(last=False)
+
+    # -- queries ----------------------------------------------------------------------
 
     @property
     def current(self) -> str | None:
-        if self._tracker.is_bw:
-            # Backward hooks fire child-before-parent when they share an output
-            # tensor, so the stack's top is unreliable there; ModTracker's names are
-            # paths, and the deepest active one is the innermost module.
-            active = [name for name in self._tracker.parents if name != "Global"]
-            if active:
-                return max(active, key=lambda name: (name.count("."), len(name)))
-        return self._stack[-1] if self._stack else None
+        node = torch._C._current_autograd_node()
+        if node is not None:  # backward: the module whose forward made this node
+            return self._by_sequence.get(node._sequence_nr())
+        return self._stack[-1][0] if self._stack else None
 
     @property
     def depth(self) -> int:
@@ -65,21 +103,19 @@ class ModuleStack:
 
     @property
     def in_backward(self) -> bool:
-        return bool(self._tracker.is_bw)
-
-    def name_of(self, module: torch.nn.Module) -> str:
-        return self._tracker._get_mod_name(module)
-
-    def alias(self, wrapper: torch.nn.Module, wrapped: torch.nn.Module) -> None:
-        """Name `wrapper` (an OptimizedModule) like the module it wraps."""
-        name = self._tracker._get_mod_name(wrapped)
-        self._tracker._known_modules[wrapper] = name
-        self._tracker._seen_modules.add(wrapper)
+        return torch._C._current_autograd_node() is not None
 
     def __enter__(self) -> "ModuleStack":
-        self._tracker.__enter__()
+        from torch.nn.modules import module as module_hooks
+
+        self._handles = [
+            module_hooks.register_module_forward_pre_hook(self._enter),
+            module_hooks.register_module_forward_hook(self._exit, always_call=True),
+        ]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._tracker.__exit__(*exc)
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
         self._stack.clear()
