@@ -2,14 +2,18 @@
 
 Three tiers, each refining the gaps the previous one left:
 
-1. primary keys (op family + output shapes; regions by identity) over the
-   whole traces: pairs everything that is structurally the same;
-2. inside each gap, value keys (rounded fingerprints): pairs ops that compute
-   the same values under different names, e.g. eager `addmm` with the `add`
-   that ends aot_eager's `mm` + `add` decomposition;
-3. inside what remains, output shapes alone: pairs ops that stand in the same
-   place with the same shapes but compute differently, which is exactly where
-   a wrong decomposition (`cos` computed as `sin`) shows.
+1. values (rounded fingerprints) over the whole traces: records that compute
+   the same value are paired whatever their names, e.g. eager `addmm` with the
+   `add` ending aot_eager's `mm` + `add`, or a fused kernel with the eager op
+   ending its chain; regions pair by identity. Pairing equal values cannot
+   raise a false alarm, and it is order-robust where a compiled backward runs
+   many same-shape ops in another order than eager autograd;
+2. inside each gap, op family + output shapes: where values differ, the op
+   that should have computed the same thing;
+3. inside what remains, output shapes alone: ops that stand in the same place
+   with the same shapes but compute differently, which is where a wrong
+   decomposition (`cos` computed as `sin`) shows. This is weak evidence, so
+   the verdict accepts such a pair only when both read agreeing values.
 
 Every tier runs `align_sequences`, near-linear on mostly-equal inputs, so the
 whole is too. Pairs are monotone in both traces.
@@ -49,28 +53,29 @@ def _sources_differ(a: Skeleton, b: Skeleton, i: int, j: int) -> bool:
     return bool(a.source[i]) and bool(b.source[j]) and a.source[i] != b.source[j]
 
 
+VALUE_TIER = 1
+OP_TIER = 2
 SHAPE_TIER = 3  # pairs made on output shapes alone: weak evidence, checked in the verdict
 
 
 def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     """For each alignable record of `a`: the index of its partner in `b` (or -1), and the tier that paired it."""
-    pairs = align_sequences(a.primary, b.primary)
+    # Records without a value get keys that match nothing (regions have their identity as value).
+    pairs = align_sequences([a.value[i] if a.has_value[i] else ("a", i) for i in range(len(a))],
+                            [b.value[j] if b.has_value[j] else ("b", j) for j in range(len(b))])
 
-    def value_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[list, list]:
-        # Records without a value get keys that match nothing.
-        ka = [a.value[i] if a.has_value[i] else ("a", i) for i in range(a0, a1)]
-        kb = [b.value[j] if b.has_value[j] else ("b", j) for j in range(b0, b1)]
-        return ka, kb
+    def primary_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
+        return a.primary[a0:a1], b.primary[b0:b1]
 
     def signature_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
         return a.signature[a0:a1], b.signature[b0:b1]
 
     tier = bytearray(len(a))
     for i, _ in pairs:
-        tier[i] = 1
-    pairs = _refine(pairs, len(a), len(b), value_keys)
+        tier[i] = VALUE_TIER
+    pairs = _refine(pairs, len(a), len(b), primary_keys)
     for i, _ in pairs:
-        tier[i] = tier[i] or 2
+        tier[i] = tier[i] or OP_TIER
     shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys)) - set(pairs)
     # Same shapes alone is weak evidence: drop pairs whose source lines are both known and differ.
     shape_pairs = {(i, j) for i, j in shape_pairs if not _sources_differ(a, b, i, j)}

@@ -45,14 +45,14 @@ def _round(x: float) -> float:
 def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
     """(primary, signature, value) hashes of one alignable record.
 
-    primary: op family and output shapes (regions: their identity);
-    signature: output shapes only; value: the first output's rounded
-    fingerprint, None when there is no value to match on.
+    primary: op family and output shapes; signature: output shapes only;
+    value: the first output's rounded fingerprint, None when there is no
+    value to match on. A region's three keys are its identity.
     """
     kind = record["t"]
     if kind == REGION:
         identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
-        return identity, identity, None
+        return identity, identity, identity
     outs = record.get("out") or []
     signature = _signature(outs)
     if kind == KERNEL:
