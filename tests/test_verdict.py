@@ -166,3 +166,15 @@ def test_same_op_called_without_an_argument_is_not_compared(tmp_path: Path) -> N
     b.op("aten::lin", [b.tensor("x", X, "input"), b.tensor("W", W, "weight")], [b.tensor("y0", X @ W, "0")], src="m.py:3")
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match" and report["unpaired"]["a"] == 1
+
+
+def test_same_shape_ops_in_another_order_are_no_divergence(tmp_path: Path) -> None:
+    """A compiled backward runs GELU's same-shape muls in another order than eager autograd."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    products = [("p1", X * 2), ("p2", X * 3), ("p3", X * 5)]
+    for name, value in products:
+        a.op("aten::mul.Tensor", [a.tensor("x", X)], [a.tensor(name, value, "0")], src="m.py:9")
+    for name, value in [products[1], products[0], products[2]]:
+        b.op("aten::mul.Tensor", [b.tensor("x", X)], [b.tensor(name, value, "0")], src="m.py:9")
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]
