@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterator
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode, TraceFormatError
-from tracediff.report.build import build_report
 from tracediff.run.launcher import RunResult, record_in_subprocess
 
 

@@ -35,6 +35,7 @@ from tracediff.record.source import clean_fx_module_path
 
 if TYPE_CHECKING:
     from tracediff.record.mode import TraceRecorder
+    from tracediff.record.source import SourceLocation
 
 _CPP_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S | re.M)
 _CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)

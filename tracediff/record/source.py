@@ -158,6 +158,3 @@ def clean_fx_module_path(path: str) -> str:
         parts = parts[1:]
     return ".".join(parts[1:])
 
-
-def caller_frame(depth: int = 1) -> FrameType | None:
-    return sys._getframe(depth + 1)
