@@ -12,7 +12,6 @@ from __future__ import annotations
 import linecache
 import os
 import re
-import sys
 import sysconfig
 from dataclasses import dataclass
 from types import FrameType
