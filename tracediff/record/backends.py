@@ -50,7 +50,8 @@ def resolve_backend(name: str) -> Backend:
     known = torch._dynamo.list_backends(exclude_tags=())
     if name not in known:
         raise UserError(
-            f"unknown backend {name!r}; known: eager, dynamo, {', '.join(sorted(known))}, or pkg.module:attr"
+            f"unknown backend {name!r}; known: eager, dynamo, {', '.join(sorted(set(known) - {EAGER}))}, "
+            "or pkg.module:attr"
         )
     return Backend(name, name)
 
