@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 from typing import Any
 
 import torch
@@ -48,7 +49,13 @@ def _as_real_float64(t: torch.Tensor) -> torch.Tensor:
 
 
 def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
-    """Fingerprint of one tensor, or None when it has no data to read."""
+    """Fingerprint of one tensor, or None when it has no data to read.
+
+    One float64 copy, then fused reductions over it (norms take |x| without
+    a temporary). NaN and Inf are only counted when the float64 sum is not
+    finite: a sum of finite float32/16 values cannot overflow float64, so a
+    finite sum means there are none.
+    """
     if not has_data(t):
         return None
     with torch.no_grad():
@@ -57,20 +64,15 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
         if n == 0:
             fp: dict[str, Any] = {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0}
         else:
-            nan = torch.isnan(x).sum()
-            inf = torch.isinf(x).sum()
-            nonfinite = int(nan) + int(inf)
-            if nonfinite:
-                x = x[torch.isfinite(x)]
-            if x.numel() == 0:
-                sums = [0.0, 0.0, 0.0, 0.0]
-            else:
-                a = x.abs()
-                sums = torch.stack([x.sum(), a.sum(), x.dot(x).sqrt(), a.max()]).tolist()
-            fp = {
-                "sum": sums[0], "l1": sums[1], "l2": sums[2], "max": sums[3],
-                "nan": int(nan), "inf": int(inf), "n": n,
-            }
+            norm = torch.linalg.vector_norm
+            stats = torch.stack([x.sum(), norm(x, 1), norm(x, 2), norm(x, float("inf"))]).tolist()
+            nan = inf = 0
+            if not math.isfinite(stats[0]):
+                nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+                finite = x[torch.isfinite(x)]
+                stats = (torch.stack([finite.sum(), norm(finite, 1), norm(finite, 2), norm(finite, float("inf"))]).tolist()
+                         if finite.numel() else [0.0, 0.0, 0.0, 0.0])
+            fp = {"sum": stats[0], "l1": stats[1], "l2": stats[2], "max": stats[3], "nan": nan, "inf": inf, "n": n}
         if exact:
             fp["hash"] = content_hash(t)
     return fp

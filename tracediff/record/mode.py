@@ -27,6 +27,14 @@ from tracediff.trace.writer import TraceWriter
 # Ops that mark profiler ranges or are tracediff's own bookkeeping, not computation.
 _SKIPPED_NAMESPACES = frozenset({"profiler", "debug_mode_ops"})
 
+# Views that only re-lay-out their input's elements (same elements, same count):
+# every fingerprint statistic is order-independent, so the output's is the input's.
+_LAYOUT_VIEWS = frozenset(
+    {"aten::t", "aten::transpose", "aten::permute", "aten::view", "aten::_unsafe_view", "aten::reshape",
+     "aten::alias", "aten::detach", "aten::squeeze", "aten::unsqueeze", "aten::flatten", "aten::unflatten",
+     "aten::view_as", "aten::numpy_T", "aten::mT", "aten::mH", "aten::adjoint"}
+)
+
 # Ops whose outputs are uninitialized memory: their values differ run to run by
 # design, so they are marked and never compared; a later op that *reads* them
 # before writing is what a nondeterminism report points at.
@@ -153,7 +161,7 @@ class TraceRecorder(TorchDispatchMode):
     # -- tensors ---------------------------------------------------------------
 
     def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False,
-                  written: bool = False) -> dict[str, Any]:
+                  written: bool = False, same_as: dict[str, Any] | None = None) -> dict[str, Any]:
         """Metadata and fingerprint of one tensor.
 
         The recorded version `v` names one value of the tensor, for dataflow:
@@ -162,6 +170,7 @@ class TraceRecorder(TorchDispatchMode):
         bumps the counter only after this mode returns, so the value is filed
         under the coming version. `written`: generated code (an inductor
         kernel) wrote `t` behind the counter's back; count that write here.
+        `same_as`: a fingerprint known to be `t`'s without reading it (a layout view).
         """
         entry = self._tensor_ids.get(t)
         if entry is None:
@@ -178,6 +187,9 @@ class TraceRecorder(TorchDispatchMode):
         if take_fingerprint:
             if not (mutated or written) and version is not None and entry[1] == version:
                 fp = entry[2]  # unchanged since last fingerprinted: one read per value
+            elif same_as is not None:
+                fp = same_as
+                entry[1], entry[2] = version, fp
             else:
                 fp = fingerprint(t, exact=self.exact)
                 entry[1], entry[2] = version, fp
@@ -190,6 +202,12 @@ class TraceRecorder(TorchDispatchMode):
             "dev": str(t.device),
             "fp": fp,
         }
+
+    def _layout_view_fingerprint(self, func: Any, inputs: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The input's fingerprint for a layout-only view (not in exact mode: a hash depends on order)."""
+        if self.exact or func._schema.name not in _LAYOUT_VIEWS or not inputs:
+            return None
+        return inputs[0].get("fp")
 
     def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]], written: bool = False) -> list[dict[str, Any]]:
         """Describe tensors from outside dispatch (regions, kernels) without recording our own ops.
@@ -242,7 +260,9 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
-            outputs = [self._describe(name, t, mutated=id(t) in written) for name, t in _output_tensors(result)]
+            same_as = self._layout_view_fingerprint(func, inputs)
+            outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as)
+                       for name, t in _output_tensors(result)]
             if func._schema.name in _UNINITIALIZED_OUTPUT_OPS:
                 for out in outputs:
                     out["uninit"] = True
