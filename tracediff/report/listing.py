@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from tracediff.errors import UserError
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.diff.compare import has_nonfinite
 
 _DTYPE_SHORT: Mapping[str, str] = types.MappingProxyType(
     {
@@ -207,11 +208,7 @@ def _names_of(record: Mapping[str, Any]) -> list[str]:
 
 
 def _has_nonfinite_output(record: Mapping[str, Any]) -> bool:
-    for tensor in record.get("out") or []:
-        fp = tensor.get("fp") or {}
-        if not tensor.get("uninit") and (fp.get("nan") or fp.get("inf")):
-            return True
-    return False
+    return any(has_nonfinite(t.get("fp")) and not t.get("uninit") for t in record.get("out") or [])
 
 
 def _in_range(record: Mapping[str, Any], flt: ListingFilter) -> bool:
