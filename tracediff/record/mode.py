@@ -63,41 +63,29 @@ def _is_written(arg: Any) -> bool:
     return arg is not None and arg.alias_info is not None and arg.alias_info.is_write
 
 
-def _named_tensors(func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor, bool]]:
-    """(argument name, tensor, is an output buffer) for every tensor argument."""
+def _is_out_buffer(arg: Any) -> bool:
+    """An out= buffer: its contents before the op are garbage, not an input value."""
+    return arg is not None and arg.kwarg_only and _is_written(arg)
+
+
+def _tensor_arguments(func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor, Any]]:
+    """(argument name, tensor, its schema argument or None) for every tensor argument."""
     arguments = func._schema.arguments
     for i, value in enumerate(args):
-        name = arguments[i].name if i < len(arguments) else str(i)
-        yield from _flatten(name, value, False)
+        arg = arguments[i] if i < len(arguments) else None
+        yield from _flatten(arg.name if arg is not None else str(i), value, arg)
     by_name = {a.name: a for a in arguments}
     for name, value in kwargs.items():
-        arg = by_name.get(name)
-        # out= buffers hold garbage before the op: their "input" value means nothing.
-        is_out_buffer = bool(arg is not None and arg.kwarg_only and _is_written(arg))
-        yield from _flatten(name, value, is_out_buffer)
+        yield from _flatten(name, value, by_name.get(name))
 
 
-def _flatten(name: str, value: Any, is_out: bool) -> Iterator[tuple[str, torch.Tensor, bool]]:
+def _flatten(name: str, value: Any, arg: Any) -> Iterator[tuple[str, torch.Tensor, Any]]:
     if isinstance(value, torch.Tensor):
-        yield name, value, is_out
+        yield name, value, arg
     elif isinstance(value, (list, tuple)):
         for j, item in enumerate(value):
             if isinstance(item, torch.Tensor):
-                yield f"{name}.{j}", item, is_out
-
-
-def _written_tensor_ids(func: Any, args: tuple, kwargs: dict) -> set[int]:
-    """Python ids of the tensor arguments the op writes (in-place self, out= buffers)."""
-    arguments = func._schema.arguments
-    written = set()
-    for i, value in enumerate(args):
-        if i < len(arguments) and _is_written(arguments[i]):
-            written.update(id(t) for _, t, _ in _flatten("", value, False))
-    by_name = {a.name: a for a in arguments}
-    for name, value in kwargs.items():
-        if _is_written(by_name.get(name)):
-            written.update(id(t) for _, t, _ in _flatten("", value, False))
-    return written
+                yield f"{name}.{j}", item, arg
 
 
 def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
@@ -251,8 +239,10 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
-            inputs = [self._describe(name, t, not is_out) for name, t, is_out in _named_tensors(func, args, kwargs)]
-            written = _written_tensor_ids(func, args, kwargs) if func._schema.is_mutable else set()
+            tensor_args = list(_tensor_arguments(func, args, kwargs))
+            inputs = [self._describe(name, t, not _is_out_buffer(arg)) for name, t, arg in tensor_args]
+            # Tensors the op writes (in-place self, out= buffers), by Python id.
+            written = {id(t) for _, t, arg in tensor_args if _is_written(arg)}
         finally:
             self._internal = False
 
