@@ -27,6 +27,14 @@ def base_op(name: str) -> str:
     return base[:-1] if base.endswith("_") and not base.endswith("__") else base
 
 
+def chain_op(record: dict[str, Any]) -> str | None:
+    """The op a record computes: its own, or for a kernel the last op it fuses (whose value it writes)."""
+    if record["t"] == KERNEL:
+        fuses = record.get("fuses") or []
+        return fuses[-1]["op"] if fuses else None
+    return record.get("op")
+
+
 def alignable(record: dict[str, Any]) -> bool:
     kind = record["t"]
     if kind == OP:
@@ -55,12 +63,8 @@ def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
         return identity, identity, identity
     outs = record.get("out") or []
     signature = _signature(outs)
-    if kind == KERNEL:
-        # A kernel writes the value of the last op of its fused chain: key it like that op.
-        fuses = record.get("fuses") or []
-        name = fuses[-1]["op"] if fuses else record.get("name", "")
-    else:
-        name = record["op"]
+    # A kernel is keyed like the last op of its fused chain, whose value it writes.
+    name = chain_op(record) or record.get("name", "")
     primary = hash((OP, base_op(name), signature))
     value = None
     for t in outs:

@@ -30,7 +30,7 @@ from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
 from tracediff.diff.place import Place
-from tracediff.diff.skeleton import Skeleton, alignable, base_op
+from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -263,10 +263,7 @@ def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
     """Do the two records compute the same op (a kernel: the last op it fuses)?"""
     if ra["t"] == REGION or rb["t"] == REGION:
         return ra["t"] == rb["t"]
-    name_b = rb.get("op")
-    if rb["t"] == KERNEL:
-        fuses = rb.get("fuses") or []
-        name_b = fuses[-1]["op"] if fuses else None
+    name_b = chain_op(rb)
     return name_b is not None and base_op(ra.get("op", "")) == base_op(name_b)
 
 
