@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode, TraceFormatError
-from tracediff.run.launcher import RunResult, record_in_subprocess
+from tracediff.run.launcher import record_in_subprocess
 
 
 @dataclass
@@ -78,7 +78,7 @@ def run_bisection(
     script: Path,
     script_args: list[str],
     backend: str,
-    reference: RunResult,
+    reference: Path,
     config: Config,
     run_dir: Path,
     echo: Callable[[str], None],
@@ -99,7 +99,7 @@ def run_bisection(
                 script, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
                 fallback_random=config.fallback_random, timeout=config.timeout, echo=lambda _line: None, env=env,
             )
-            good = run.ok and _matches(reference, run, config)
+            good = run.ok and _matches(reference, run.trace, config)
             log.steps.append({"call": call, "backend": stage[0], "subsystem": stage[1], "good": good,
                               "run_failed": run.failure(), "seconds": round(time.perf_counter() - started, 1)})
             echo(f"tracediff: bisect step {call}: backend={stage[0]} subsystem={stage[1] or '-'} -> "
@@ -112,9 +112,9 @@ def run_bisection(
     return result, log
 
 
-def _matches(reference: RunResult, run: RunResult, config: Config) -> bool:
+def _matches(reference: Path, trace: Path, config: Config) -> bool:
     try:
-        return diff_traces(reference.trace, run.trace, config).first is None
+        return diff_traces(reference, trace, config).first is None
     except TraceFormatError:
         return False
 

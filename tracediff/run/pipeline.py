@@ -103,7 +103,6 @@ def bisect_script(
 ) -> dict[str, Any]:
     """Diff eager against `backend`; if they diverge, bisect the compiler stage responsible."""
     from tracediff.bisect.compiler import bisect_report, run_bisection
-    from tracediff.run.launcher import RunResult
 
     report = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
     if report["verdict"] == "match":
@@ -111,8 +110,8 @@ def bisect_script(
     if report["verdict"] != "diverged":
         return report
     run_dir = Path(report["run_dir"])
-    reference = RunResult("eager", Path(report["traces"][0]), run_dir / "a-eager.log", 0, False, 0.0)
     echo(f"tracediff: bisecting {backend} with torch's CompilerBisector (one recorded run per step)")
+    reference = Path(report["traces"][0])  # the eager trace just recorded
     result, log = run_bisection(check_script(script), script_args, backend, reference, config, run_dir, echo)
     report = bisect_report(report, result, log)
     write_report(report, run_dir)
