@@ -104,6 +104,14 @@ def _reads(record: dict[str, Any]) -> tuple[Key, ...]:
     return tuple(_key(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
 
 
+def _put_bounded(table: OrderedDict, key: Key, value: Any) -> None:
+    """Insert as newest; drop the oldest entry past the producer window."""
+    table.pop(key, None)
+    table[key] = value
+    if len(table) > _PRODUCER_WINDOW:
+        table.popitem(last=False)
+
+
 @dataclass(frozen=True, slots=True)
 class _Produced:
     """What the walk back needs of a record: where it is, what it read."""
@@ -121,19 +129,12 @@ class _Walker:
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
 
-    @staticmethod
-    def _put(table: OrderedDict, key: Key, value: Any) -> None:
-        table.pop(key, None)
-        table[key] = value
-        if len(table) > _PRODUCER_WINDOW:
-            table.popitem(last=False)
-
     def unknown(self, record: dict[str, Any], candidate: bool) -> None:
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs))
         for t in outs:
             self.agreed.pop(_key(t), None)
-            self._put(self.unknown_producers, _key(t), entry)
+            _put_bounded(self.unknown_producers, _key(t), entry)
 
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
@@ -142,9 +143,9 @@ class _Walker:
             key = _key(t)
             self.unknown_producers.pop(key, None)
             if t.get("uninit"):
-                self._put(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
+                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
             else:
-                self._put(self.agreed, key, place)
+                _put_bounded(self.agreed, key, place)
 
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
@@ -192,7 +193,7 @@ class _BSide:
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()))
                 for t in outs:
-                    _Walker._put(self.producers, _key(t), made)
+                    _put_bounded(self.producers, _key(t), made)
             if alignable(record):
                 yield record
 
