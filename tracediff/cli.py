@@ -87,6 +87,7 @@ def cli() -> None:
       tracediff diff golden.jsonl run.jsonl
       tracediff show run.jsonl --module encoder.layer.3
       tracediff bisect train.py --backend inductor
+      tracediff repro .tracediff/20261122-101500/
 
     Exit codes: 0 no divergence, 1 divergence, 2 bad usage or input, 3 a run failed.
     """
@@ -237,6 +238,49 @@ def diff(trace_a: str, trace_b: str, rtol: float | None, atol: float | None, con
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
     result = diff_traces(trace_a, trace_b, config)
     sys.exit(_emit(build_report(result, [trace_a, trace_b], config), fmt))
+
+
+@cli.command()
+@click.argument("run", nargs=-1, required=True, type=click.Path())
+@click.option("--out-dir", type=click.Path(file_okay=False),
+              help="where repro.py and inputs.pt go [default: RUN/repro/, or .tracediff/repro/ for two traces]")
+@click.option("--backend", default=None,
+              help="backend the repro compiles with [default: the compared run's, e.g. inductor]")
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="run the written repro once to see whether it reproduces on its own")
+@click.option("--timeout", type=float, default=None, help="seconds for the re-run and the check [default: 900]")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="tracediff.yaml, for the tolerance of the re-run check [default: ./tracediff.yaml]")
+@_FORMAT
+def repro(run: tuple[str, ...], out_dir: str | None, backend: str | None, check: bool, timeout: float | None,
+          config_path: str | None, fmt: str) -> None:
+    """Write a standalone script that reproduces the first divergence of RUN.
+
+    RUN is a folder written by `tracediff run` (or two traces, reference
+    first). The reference script is re-run once to capture the inputs of the
+    divergent op (or of the fused kernel's ops); the repro runs just those ops
+    in eager and under the backend, prints both results and their difference,
+    and exits 1 while they differ. It needs only torch, not tracediff.
+
+    Exit 1 when the repro reproduces (or was not checked), 0 when it does not
+    reproduce on its own or the runs match, 3 when a run fails.
+
+    \b
+      tracediff repro .tracediff/20261122-101500/
+      tracediff repro golden.jsonl run.jsonl --out-dir bug/ --no-check
+      python bug/repro.py --backend eager      # the control: agrees
+    """
+    from tracediff.repro.writer import render_result, write_repro
+
+    config = _load_config(config_path, timeout=timeout)
+    result = write_repro(list(run), config, out_dir, backend, check, _echo_err)
+    if "script" not in result:
+        click.echo(f"tracediff: {result['message']}", err=True)
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2, default=str))
+    elif "script" in result:
+        click.echo(render_result(result), nl=False)
+    sys.exit(result["exit_code"])
 
 
 def _strip_dashdash(args: tuple[str, ...]) -> tuple[str, ...]:

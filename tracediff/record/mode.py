@@ -223,6 +223,11 @@ class TraceRecorder(TorchDispatchMode):
         return self._internal
 
     @property
+    def next_index(self) -> int:
+        """The index the next record will get (`tracediff repro` captures ops by index)."""
+        return self._seq
+
+    @property
     def region_root(self) -> str | None:
         """Module name of the innermost compiled region being run, if any."""
         return self._regions[-1] if self._regions else None

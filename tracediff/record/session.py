@@ -17,7 +17,7 @@ import traceback
 import warnings
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -81,6 +81,8 @@ class RecordingSession:
         fallback_random: bool | None = None,
         command: list[str] | None = None,
         materialized: bool = False,
+        script_dir: str | None = None,
+        recorder_factory: Callable[[TraceWriter, bool], TraceRecorder] | None = None,
     ) -> None:
         self.path = Path(path)
         self.backend = backend
@@ -92,6 +94,9 @@ class RecordingSession:
         self.fallback_random = fallback_random
         self.command = command if command is not None else list(sys.argv)
         self.materialized = materialized
+        self.script_dir = script_dir
+        # `tracediff repro` swaps in a recorder that also keeps chosen ops' arguments.
+        self.recorder_factory = recorder_factory or (lambda writer, exact: TraceRecorder(writer, exact=exact))
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
@@ -129,7 +134,7 @@ class RecordingSession:
         self._restore_fallback_random = inductor_config.fallback_random
         inductor_config.fallback_random = self.fallback_random
         self.writer = TraceWriter(self.path, self._header())
-        self.recorder = TraceRecorder(self.writer, exact=self.exact)
+        self.recorder = self.recorder_factory(self.writer, self.exact)
         self.redirect = CompileRedirect(self.backend, self.recorder)
         self.kernels = KernelCapture(self.recorder)
         self.kernels.__enter__()
@@ -170,7 +175,28 @@ class RecordingSession:
             "dropped_compile_options": self.redirect.dropped_options,
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "error": error,
+            "local_modules": local_modules(self.script_dir) if self.script_dir else [],
         }
+
+
+def local_modules(script_dir: str) -> list[dict[str, str]]:
+    """Modules the script imported from its own folder, in import order.
+
+    `tracediff repro` copies them next to the repro and imports them first:
+    a script's own module may change the compiler when imported (a custom
+    backend, a registered decomposition or graph pass).
+    """
+    root = Path(script_dir).resolve()
+    found = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name == "__main__" or not file or not file.endswith(".py"):
+            continue
+        path = Path(file).resolve()
+        if root not in path.parents or {"site-packages", "dist-packages"} & set(path.parts):
+            continue
+        found.append({"name": name, "file": str(path.relative_to(root))})
+    return found
 
 
 def _is_clean_exit(exc: BaseException) -> bool:

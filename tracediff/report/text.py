@@ -96,7 +96,8 @@ def _tol(report: dict[str, Any], dtype: str) -> str:
 def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = True) -> list[str]:
     lines = [f"  first divergence ({first['kind']}): {first['op']}  (#{first['index']})"]
     lines.append(f"    at     {first.get('source')}  {first.get('code') or ''}".rstrip())
-    lines.append(f"    module {first.get('module')}")
+    if first.get("module"):
+        lines.append(f"    module {first['module']}")
     tensor = first.get("tensor")
     observed = first.get("observed")
     if observed and observed.get("index") != first["index"]:

@@ -30,6 +30,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fallback-random", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--materialize", action="store_true",
                         help="inductor: one kernel per op, every intermediate in a buffer (narrowing)")
+    parser.add_argument("--capture", default=None, metavar="INDICES",
+                        help="repro: keep the arguments of the ops recorded at these comma-separated indices")
+    parser.add_argument("--capture-out", default=None, help="repro: where the kept arguments go (torch.save)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -58,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         from tracediff.record.materialize import materialize_all
 
         materialize = materialize_all()
+    capture = None
+    if options.capture:
+        from tracediff.repro.capture import ArgumentCapture
+
+        capture = ArgumentCapture({int(i) for i in options.capture.split(",")})
     session = RecordingSession(
         options.out,
         backend=backend,
@@ -66,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         fallback_random=fallback_random,
         command=[options.script, *script_args],
         materialized=options.materialize,
+        script_dir=os.path.dirname(script),
+        recorder_factory=capture.recorder if capture else None,
     )
     try:
         with materialize, session:
@@ -79,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return ExitCode.RUN_FAILED
     finally:
+        if capture is not None and options.capture_out:
+            capture.save(options.capture_out)
         sys.stdout.flush()
     return ExitCode.MATCH
 

@@ -100,6 +100,8 @@ def record_in_subprocess(
     echo: Callable[[str], None],
     materialize: bool = False,
     env: dict[str, str] | None = None,
+    child_options: list[str] | None = None,
+    cwd: str | None = None,
 ) -> RunResult:
     """Run `script` under the recorder with `backend`, writing `trace`; never raises for script failures."""
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
@@ -113,13 +115,14 @@ def record_in_subprocess(
         command.append("--materialize")
     if fallback_random is not None:
         command += ["--fallback-random", "on" if fallback_random else "off"]
+    command += child_options or []
     command += [str(script), "--", *script_args]
 
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as log_file:
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
             text=True, errors="replace",
         )
         relay = threading.Thread(target=_relay, args=(process, log_file, echo, backend), daemon=True)

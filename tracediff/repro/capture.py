@@ -1,0 +1,95 @@
+"""Keep the arguments of chosen ops while the reference run is re-recorded.
+
+The re-run uses the same recorder (so record indices match the original
+trace) with one addition: when the op about to be recorded has a chosen
+index, its arguments are cloned before it runs. A tensor argument that is the
+unchanged output of an earlier chosen op is kept as a reference to that op
+instead of a copy, so the repro replays the chain's dataflow, not just values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tracediff.record.mode import TraceRecorder
+from tracediff.trace.writer import TraceWriter
+
+CAPTURE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """Output `position` (None: the whole result) of the captured op recorded at `index`."""
+
+    index: int
+    position: int | None
+
+    def as_tuple(self) -> tuple[str, int, int | None]:
+        return ("__ref__", self.index, self.position)
+
+
+def _qualified_name(func: Any) -> str:
+    """`aten.cos.default`: the torch.ops path of an OpOverload."""
+    namespace, name = func._schema.name.split("::")
+    return f"{namespace}.{name}.{func._overloadname or 'default'}"
+
+
+class ArgumentCapture:
+    """Clones the arguments of the ops recorded at `indices`; `save` writes them with torch.save."""
+
+    def __init__(self, indices: set[int]) -> None:
+        self.indices = indices
+        self.ops: list[dict[str, Any]] = []
+        # id(tensor) -> (tensor, its version when produced, OutputRef): outputs of captured ops.
+        self._produced: dict[int, tuple[torch.Tensor, int, OutputRef]] = {}
+
+    def recorder(self, writer: TraceWriter, exact: bool) -> TraceRecorder:
+        return _CapturingRecorder(writer, exact=exact, capture=self)
+
+    def keep_arguments(self, args: Any) -> Any:
+        """`args` with each tensor cloned (or replaced by an OutputRef), other values as they are."""
+        if isinstance(args, torch.Tensor):
+            known = self._produced.get(id(args))
+            if known is not None and known[0] is args and args._version == known[1]:
+                return known[2].as_tuple()
+            return args.detach().clone()
+        if isinstance(args, (list, tuple)):
+            kept = [self.keep_arguments(a) for a in args]
+            return kept if isinstance(args, list) else tuple(kept)
+        if isinstance(args, dict):
+            return {k: self.keep_arguments(v) for k, v in args.items()}
+        return args
+
+    def add(self, index: int, func: Any, args: Any, kwargs: Any, result: Any) -> None:
+        self.ops.append({"index": index, "op": _qualified_name(func), "args": args, "kwargs": kwargs})
+        outputs = [(None, result)] if isinstance(result, torch.Tensor) else (
+            list(enumerate(result)) if isinstance(result, (list, tuple)) else [])
+        for position, value in outputs:
+            if isinstance(value, torch.Tensor):
+                self._produced[id(value)] = (value, value._version, OutputRef(index, position))
+
+    def save(self, path: str) -> None:
+        torch.save({"format": CAPTURE_FORMAT, "ops": self.ops}, path)
+
+
+class _CapturingRecorder(TraceRecorder):
+    """The trace recorder, plus argument capture for the chosen record indices."""
+
+    def __init__(self, writer: TraceWriter, *, exact: bool, capture: ArgumentCapture) -> None:
+        super().__init__(writer, exact=exact)
+        self.capture = capture
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        index = self.next_index
+        if self.internal or index not in self.capture.indices:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        with self.quiet():
+            kept_args, kept_kwargs = self.capture.keep_arguments((args, kwargs))
+        result = super().__torch_dispatch__(func, types, args, kwargs)
+        if self.next_index == index + 1:  # this op was recorded as `index` (not skipped)
+            self.capture.add(index, func, kept_args, kept_kwargs, result)
+        return result

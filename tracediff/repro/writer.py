@@ -1,0 +1,366 @@
+"""`tracediff repro`: from a diverged run to a folder with a standalone script.
+
+1. Find the first divergence (the run directory's report.json, or a fresh
+   diff of two traces) and the ops to replay: the pinned op, or the ops of
+   the fused kernel it stops at (the candidates), all on the reference side A.
+2. Re-run the reference script exactly as recorded (same backend, seed,
+   folder) with those ops' arguments captured by record index, and check the
+   re-run reached the same ops with the same input values.
+3. Write repro.py + inputs.pt (+ the script's own modules) and, unless told
+   not to, run repro.py once to say whether it reproduces on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from tracediff.config import Config
+from tracediff.diff.compare import compare_fingerprints
+from tracediff.errors import ExitCode, UserError
+from tracediff.repro.capture import CAPTURE_FORMAT
+from tracediff.repro.script import InputName, ReproSpec, render_script
+from tracediff.run.launcher import record_in_subprocess
+from tracediff.trace.reader import Trace
+from tracediff.trace.schema import OP
+
+SCRIPT_NAME = "repro.py"
+INPUTS_NAME = "inputs.pt"
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The report's first divergence and the two recordings it came from."""
+
+    report: dict[str, Any]
+    trace_a: Path
+    trace_b: Path
+    run_dir: Path | None
+
+
+def load_divergence(paths: list[str], config: Config) -> Divergence:
+    """A run directory (with report.json) or two traces -> the report to reproduce."""
+    if len(paths) == 1:
+        run_dir = Path(paths[0])
+        if not run_dir.exists():
+            raise UserError(f"{run_dir}: no such run directory")
+        if not run_dir.is_dir():
+            raise UserError(f"{run_dir}: not a run directory; pass the folder `tracediff run` wrote, or two traces")
+        report_path = run_dir / "report.json"
+        if not report_path.is_file():
+            raise UserError(f"{run_dir}: no report.json; pass the folder `tracediff run` wrote, or two traces")
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            raise UserError(f"{report_path}: not a JSON report (damaged?)") from None
+        traces = report.get("traces") or []
+        if len(traces) != 2:
+            raise UserError(f"{report_path}: the report names no two traces")
+        trace_a, trace_b = (_beside(Path(t), run_dir) for t in traces)
+        return Divergence(report, trace_a, trace_b, run_dir)
+    if len(paths) == 2:
+        from tracediff.diff.engine import diff_traces
+        from tracediff.report.build import build_report
+
+        report = build_report(diff_traces(paths[0], paths[1], config), paths, config)
+        return Divergence(report, Path(paths[0]), Path(paths[1]), None)
+    raise UserError("tracediff repro takes a run directory or two traces (reference first)")
+
+
+def _beside(trace: Path, run_dir: Path) -> Path:
+    """A trace named in a report: as written, else by name in the run directory (the folder was moved)."""
+    if trace.exists():
+        return trace
+    moved = run_dir / trace.name
+    if moved.exists():
+        return moved
+    raise UserError(f"{trace}: the trace named in the report is gone")
+
+
+def ops_to_replay(divergence: Divergence) -> list[dict[str, Any]]:
+    """Reference-side op records of the divergent op, or of the fused kernel's ops, in order."""
+    first = divergence.report["first_divergence"]
+    if first.get("kind") == "structure":
+        raise UserError("the first difference is structural (a record present in one run only), "
+                        "not a value divergence: there is no op to replay")
+    wanted = {c["index"] for c in first.get("candidates") or [] if c.get("index") is not None} or {first["index"]}
+    found: dict[int, dict[str, Any]] = {}
+    last = max(wanted)
+    for record in Trace(divergence.trace_a):
+        if record.get("i") in wanted:
+            found[record["i"]] = record
+        if record.get("i", -1) >= last:
+            break
+    ops = [found[i] for i in sorted(found) if found[i].get("t") == OP]
+    if not ops:
+        raise UserError(f"the first divergence (record #{first['index']}) is a compiled region or kernel of the "
+                        "reference run, not an op: record the reference with --backends eager,... to replay ops")
+    return ops
+
+
+def capture_arguments(divergence: Divergence, records: list[dict[str, Any]], config: Config, work: Path,
+                      echo: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Re-run the reference and return the captured ops plus notes on how faithful the re-run was."""
+    header = Trace(divergence.trace_a).header
+    command = header.get("command") or []
+    cwd = header.get("cwd") or "."
+    if not command:
+        raise UserError(f"{divergence.trace_a}: the trace does not say which script it recorded")
+    script = Path(cwd) / command[0]
+    if not script.is_file():
+        raise UserError(f"{script}: the recorded script is gone; repro re-runs it to capture the op's inputs")
+    backend = header.get("backend")
+    indices = [r["i"] for r in records]
+    trace = work / "capture.jsonl"
+    captured_path = work / "captured.pt"
+    echo(f"tracediff: re-running {command[0]} ({backend}) to capture the inputs of record(s) "
+         f"{', '.join(f'#{i}' for i in indices)}")
+    run = record_in_subprocess(
+        script, command[1:], backend=None if backend == "as-written" else backend, trace=trace,
+        seed=header.get("seed"), exact=bool(header.get("exact")),
+        fallback_random=(header.get("settings") or {}).get("inductor", {}).get("fallback_random"),
+        timeout=config.timeout, echo=echo, materialize=bool(header.get("materialized")), cwd=cwd,
+        child_options=["--capture", ",".join(map(str, indices)), "--capture-out", str(captured_path)],
+    )
+    if not captured_path.is_file():
+        raise ReproRunFailed(f"the re-run of the reference failed before the capture was saved: "
+                             f"{run.failure() or 'no capture written'}")
+    saved = torch.load(captured_path, weights_only=False)  # written by our own child just now
+    if saved.get("format") != CAPTURE_FORMAT:
+        raise ReproRunFailed(f"{captured_path}: capture format {saved.get('format')!r}, expected {CAPTURE_FORMAT}")
+    ops = saved["ops"]
+    missing = sorted(set(indices) - {op["index"] for op in ops})
+    if missing:
+        raise ReproRunFailed(f"the re-run of the reference never reached record(s) {missing}: "
+                             "the script does not run the same way twice")
+    return ops, _compare_rerun(records, trace, config)
+
+
+def _compare_rerun(records: list[dict[str, Any]], rerun_trace: Path, config: Config) -> list[str]:
+    """Notes where the re-run's records differ from the recorded ones (a nondeterministic script)."""
+    wanted = {r["i"]: r for r in records}
+    notes: list[str] = []
+    for record in Trace(rerun_trace):
+        original = wanted.pop(record.get("i"), None)
+        if original is None:
+            if not wanted:
+                break
+            continue
+        if record.get("op") != original.get("op"):
+            raise ReproRunFailed(f"the re-run recorded {record.get('op')} at #{record['i']} where the trace has "
+                                 f"{original.get('op')}: the script does not run the same way twice")
+        for new, old in zip(record.get("in") or [], original.get("in") or []):
+            if new.get("fp") and old.get("fp"):
+                tolerance = config.tolerance_for(old["dt"], original["op"], original.get("m"), old.get("dev", "cpu"))
+                if not compare_fingerprints(old["fp"], new["fp"], tolerance).ok:
+                    notes.append(f"input {old['a']!r} of #{record['i']} {record['op']} differs from the recorded "
+                                 "value in the re-run (nondeterministic script?); the repro uses the re-run's value")
+    return notes
+
+
+class ReproRunFailed(Exception):
+    """The reference could not be re-run faithfully (exit 3: a run failed)."""
+
+
+def build_spec(divergence: Divergence, records: list[dict[str, Any]], ops: list[dict[str, Any]],
+               backend: str, local_modules: list[str], config: Config) -> tuple[ReproSpec, dict[str, torch.Tensor]]:
+    """Name the captured tensors, decide what `program` returns, and describe the divergence."""
+    inputs: dict[str, torch.Tensor] = {}
+
+    def name_tensors(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            name = InputName(f"x{len(inputs)}")
+            inputs[name] = value
+            return name
+        if isinstance(value, list):
+            return [name_tensors(v) for v in value]
+        if isinstance(value, tuple) and not (len(value) == 3 and value[0] == "__ref__"):
+            return tuple(name_tensors(v) for v in value)
+        if isinstance(value, dict):
+            return {k: name_tensors(v) for k, v in value.items()}
+        return value
+
+    named = [dict(op, args=name_tensors(op["args"]), kwargs=name_tensors(op["kwargs"])) for op in ops]
+    consumed = _referenced(named)
+    returns = [f"v{op['index']}" for op in named if op["index"] not in consumed]
+    by_index = {r["i"]: r for r in records}
+    comments = {i: f"{r.get('src') or '?'}  {(r.get('code') or '').strip()}".rstrip() for i, r in by_index.items()}
+
+    first = divergence.report["first_divergence"]
+    rtol, atol = _tolerance(first, records[-1], config)
+    header_b = Trace(divergence.trace_b).header
+    fallback_random = bool((header_b.get("settings") or {}).get("inductor", {}).get("fallback_random"))
+    context = [f"Recorded: {first['op']} at {first.get('source')}"
+               + (f" in module {first['module']}" if first.get("module") else "")
+               + (f", rel diff {first['rel_diff']:.3g}" if first.get("rel_diff") is not None else "") + ".",
+               f"Reference trace: {divergence.trace_a}",
+               f"Compared trace:  {divergence.trace_b}"]
+    if len(named) > 1:
+        context.append(f"The divergence sits in a fused kernel: its {len(named)} ops are replayed together.")
+    spec = ReproSpec(
+        ops=named, input_names=list(inputs), backend=backend, local_modules=local_modules,
+        fallback_random=fallback_random, rtol=rtol, atol=atol,
+        title=f"{first['op']} at {first.get('source')}", context=context, comments=comments, returns=returns,
+    )
+    return spec, inputs
+
+
+def _referenced(ops: list[dict[str, Any]]) -> set[int]:
+    """Indices of captured ops whose outputs a later captured op reads."""
+    found: set[int] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, tuple) and len(value) == 3 and value[0] == "__ref__":
+            found.add(value[1])
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+
+    for op in ops:
+        walk(op["args"])
+        walk(op["kwargs"])
+    return found
+
+
+def _tolerance(first: dict[str, Any], record: dict[str, Any], config: Config) -> tuple[float, float]:
+    """The tolerance the divergence was judged by (the report says), else the config's for the output."""
+    judged = (first.get("tensor") or {}).get("tolerance")
+    if judged:
+        return float(judged["rtol"]), float(judged["atol"])
+    out = (record.get("out") or [{}])[0]
+    tolerance = config.tolerance_for(out.get("dt", "float32"), record["op"], record.get("m"), out.get("dev", "cpu"))
+    return tolerance.rtol, tolerance.atol
+
+
+def copy_local_modules(divergence: Divergence, out_dir: Path) -> list[str]:
+    """Copy the script's own modules (as the compiled run imported them) beside the repro; their names."""
+    names: list[str] = []
+    for trace_path in (divergence.trace_b, divergence.trace_a):
+        trace = Trace(trace_path)
+        for _ in trace:
+            pass
+        header = trace.header
+        script_dir = Path(header.get("cwd") or ".") / Path((header.get("command") or ["."])[0]).parent
+        for module in (trace.footer or {}).get("local_modules") or []:
+            source = script_dir / module["file"]
+            if module["name"] in names or not source.is_file():
+                continue
+            target = out_dir / module["file"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            names.append(module["name"])
+    return names
+
+
+def check_repro(out_dir: Path, timeout: float, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Run the written repro as a user would: with its backend, then the eager control."""
+    echo(f"tracediff: checking the repro: python {SCRIPT_NAME} (in {out_dir})")
+    main = _run_repro(out_dir, [], timeout)
+    for line in main["output"].splitlines()[-12:]:
+        echo(f"[repro] {line}")
+    control = _run_repro(out_dir, ["--backend", "eager"], timeout)
+    echo(f"tracediff: control: python {SCRIPT_NAME} --backend eager -> exit {control['returncode']}")
+    failure = main["failure"] or control["failure"]
+    if failure is None and control["returncode"] != 0:
+        failure = "the eager control disagrees with itself: the replayed ops are nondeterministic"
+    return {"returncode": main["returncode"], "output": main["output"], "control_returncode": control["returncode"],
+            "failure": failure}
+
+
+def _run_repro(out_dir: Path, options: list[str], timeout: float) -> dict[str, Any]:
+    try:
+        done = subprocess.run([sys.executable, SCRIPT_NAME, *options], cwd=out_dir, capture_output=True, text=True,
+                              timeout=timeout, errors="replace")
+    except subprocess.TimeoutExpired:
+        return {"returncode": None, "output": "", "failure": f"the repro did not finish within {timeout:.0f} s"}
+    output = (done.stdout + done.stderr).strip()
+    failure = None if done.returncode in (0, 1) else (  # 3: it raised
+        f"{' '.join(['python', SCRIPT_NAME, *options])} exited with status {done.returncode}: "
+        + (output.splitlines()[-1] if output else "no output"))
+    return {"returncode": done.returncode, "output": output[-4000:], "failure": failure}
+
+
+def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: str | None, check: bool,
+                echo: Callable[[str], None]) -> dict[str, Any]:
+    """The whole `tracediff repro`: returns a result dict with `exit_code` and `message`."""
+    divergence = load_divergence(paths, config)
+    report = divergence.report
+    if report.get("verdict") == "match":
+        return _outcome("match", ExitCode.MATCH, "no divergence between the two runs: nothing to reproduce")
+    if report.get("verdict") == "failed" or not report.get("first_divergence"):
+        reasons = [r.get("failure") for r in report.get("runs") or [] if r.get("failure")]
+        return _outcome("failed", ExitCode.RUN_FAILED,
+                        "a run failed, so there is no divergence to reproduce: " + (reasons[0] if reasons else "see the report"))
+
+    records = ops_to_replay(divergence)
+    header_b = Trace(divergence.trace_b).header
+    backend = backend or header_b.get("backend")
+    if not backend or backend == "as-written":
+        raise UserError("the compared trace does not name its backend (recorded as written): pass --backend")
+    target = Path(out_dir) if out_dir else (divergence.run_dir or Path(".tracediff")) / "repro"
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tracediff-repro-") as work:
+        try:
+            ops, notes = capture_arguments(divergence, records, config, Path(work), echo)
+        except ReproRunFailed as e:
+            return _outcome("failed", ExitCode.RUN_FAILED, str(e))
+    local_modules = copy_local_modules(divergence, target)
+    spec, inputs = build_spec(divergence, records, ops, backend, local_modules, config)
+    (target / SCRIPT_NAME).write_text(render_script(spec), encoding="utf-8")
+    torch.save({str(name): t for name, t in inputs.items()}, target / INPUTS_NAME)  # plain keys: loads without tracediff
+    echo(f"tracediff: wrote {target / SCRIPT_NAME} and {target / INPUTS_NAME}")
+
+    result = _outcome("written", ExitCode.DIVERGED, "")
+    result.update(
+        repro_dir=str(target), script=str(target / SCRIPT_NAME), inputs=str(target / INPUTS_NAME),
+        backend=backend, local_modules=local_modules, notes=notes, check=None,
+        ops=[{"index": r["i"], "op": r["op"], "source": r.get("src")} for r in records],
+        first_divergence=report["first_divergence"],
+    )
+    if check:
+        result["check"] = checked = check_repro(target, config.timeout, echo)
+        if checked["failure"]:
+            result.update(verdict="failed", exit_code=int(ExitCode.RUN_FAILED))
+        elif checked["returncode"] == 0:
+            result.update(verdict="not_reproduced", exit_code=int(ExitCode.MATCH))
+            result["notes"].append("the repro does not reproduce on its own: the divergence needs more of the "
+                                   "program than these ops (e.g. fusion with ops outside the kernel, or state)")
+        else:
+            result["verdict"] = "reproduced"
+    return result
+
+
+def _outcome(verdict: str, code: ExitCode, message: str) -> dict[str, Any]:
+    return {"verdict": verdict, "exit_code": int(code), "message": message}
+
+
+def render_result(result: dict[str, Any]) -> str:
+    """The text `tracediff repro` prints on stdout."""
+    if "script" not in result:
+        return f"{result['message']}\n"
+    ops = result["ops"]
+    what = (f"{ops[0]['op']} at {ops[0]['source']}" if len(ops) == 1
+            else f"{len(ops)} fused ops ending with {ops[-1]['op']} at {ops[-1]['source']}")
+    lines = [f"repro for {what}, backend {result['backend']}:",
+             f"  python {result['script']}",
+             f"  inputs: {result['inputs']}"]
+    if result["local_modules"]:
+        lines.append(f"  with the script's own modules copied beside it: {', '.join(result['local_modules'])}")
+    verdict = {"reproduced": "it reproduces on its own (exit 1); `--backend eager` agrees",
+               "not_reproduced": "it does NOT reproduce on its own (exit 0)",
+               "failed": f"it failed to run: {(result.get('check') or {}).get('failure')}",
+               "written": "not run (--no-check)"}[result["verdict"]]
+    lines.append(f"  {verdict}")
+    lines += [f"  note: {n}" for n in result["notes"]]
+    return "\n".join(lines) + "\n"
