@@ -12,6 +12,14 @@ from tests.conftest import FIXTURES, invoke
 from tracediff.bisect.compiler import private_bisector_state, readable_debug_info
 
 
+@pytest.fixture(autouse=True)
+def private_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bisector state dirs go to a folder of this test's own, so other processes' runs can't be mistaken for ours."""
+    own = tmp_path / "tempdir"
+    own.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own))
+
+
 def _leftovers() -> list[str]:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
@@ -48,8 +56,17 @@ def test_nothing_to_bisect_exits_0(tmp_path: Path) -> None:
 
 
 def test_bisect_bad_input(tmp_path: Path) -> None:
-    assert invoke("bisect", str(tmp_path / "missing.py")).exit_code == 2
+    missing = invoke("bisect", str(tmp_path / "missing.py"))
+    assert missing.exit_code == 2 and missing.stderr.strip().count("\n") == 0
     assert invoke("bisect", str(FIXTURES / "clean_mlp.py"), "--backend", "no_such_backend").exit_code == 2
+
+
+def test_bisect_of_a_crashing_run_exits_3_without_bisecting(tmp_path: Path) -> None:
+    result = invoke("bisect", str(FIXTURES / "raises_when_compiled.py"), "--backend", "aot_eager",
+                    "--out-dir", str(tmp_path), "--format", "json")
+    assert result.exit_code == 3
+    assert result.report["verdict"] == "failed" and "bisect" not in result.report
+    assert _leftovers() == []
 
 
 @pytest.mark.slow

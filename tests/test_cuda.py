@@ -54,3 +54,21 @@ def test_clean_models_match_on_cuda(run_fixture, fixture: str, backend: str) -> 
     result = run_fixture(fixture, f"eager,{backend}", *ON_GPU)
     assert result.exit_code == 0, result.stdout
     assert result.report["verdict"] == "match"
+
+
+def test_repro_of_a_fused_triton_kernel_reproduces_on_cuda(run_fixture, tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import invoke
+
+    run = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow", *ON_GPU)
+    made = invoke("repro", run.report["run_dir"], "--out-dir", str(tmp_path), "--format", "json")
+    assert made.exit_code == 1, made.stderr
+    assert made.report["verdict"] == "reproduced" and made.report["check"]["control_returncode"] == 0
+    loaded = torch.load(Path(made.report["inputs"]), weights_only=True)
+    assert all(t.is_cuda for t in loaded.values())  # captured where the run ran
+    on_cpu = subprocess.run([sys.executable, "repro.py", "--device", "cpu", "--backend", "eager"], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert on_cpu.returncode == 0, on_cpu.stdout + on_cpu.stderr

@@ -198,8 +198,8 @@ def main():
         importlib.import_module(name)
     if FALLBACK_RANDOM:
         importlib.import_module("torch._inductor.config").fallback_random = True
-    saved = torch.load(os.path.join(HERE, "inputs.pt"), weights_only=True)
-    inputs = [saved[name].to(options.device) if options.device else saved[name] for name in INPUT_NAMES]
+    saved = torch.load(os.path.join(HERE, "inputs.pt"), weights_only=True, map_location=options.device)
+    inputs = [saved[name] for name in INPUT_NAMES]
 
     backend = resolve_backend(options.backend)
     compiled = program if backend is None else torch.compile(program, backend=backend)
