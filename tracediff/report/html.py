@@ -75,7 +75,7 @@ table.rows th { text-align: left; font-weight: 500; color: var(--muted); border-
 table.rows td { padding: 2px 6px; border-bottom: 1px solid #eef0f4; overflow: hidden; text-overflow: ellipsis;
                 white-space: nowrap; }
 table.rows col.idx { width: 56px; } table.rows col.op { width: 20%; } table.rows col.rel { width: 92px; }
-table.rows col.st { width: 136px; } table.rows col.src { width: 17%; }
+table.rows col.st { width: 156px; } table.rows col.src { width: 17%; }
 tr.differ { background: #fde7e7; }
 tr.only_a td, tr.only_b td { color: #6b7280; font-style: italic; }
 tr.only_a, tr.only_b { background: #f3f4f7; }
