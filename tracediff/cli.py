@@ -45,6 +45,18 @@ def _run_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _report_file_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--html and --junit: extra report files, written besides the normal output."""
+    for option in reversed([
+        click.option("--html", "html_path", type=click.Path(dir_okay=False),
+                     help="also write a self-contained HTML report (aligned traces, divergence, rel-diff plot)"),
+        click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
+                     help="also write JUnit XML for CI (a failure on divergence, an error when a run failed)"),
+    ]):
+        f = option(f)
+    return f
+
+
 def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
@@ -165,9 +177,11 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
               help="inductor: when the divergence is inside a fused kernel, re-run with one kernel per op to pin it")
 @_tolerance_options
 @_FORMAT
+@_report_file_options
 def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str | None, timeout: float | None,
         seed: int | None, fallback_random: bool | None, narrow: bool, rtol: float | None, atol: float | None,
-        config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+        config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str,
+        html_path: str | None, junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
     Arguments after -- go to the script. Exit 1 on divergence, so it gates CI.
@@ -175,15 +189,21 @@ def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str |
     \b
       tracediff run train.py --backends eager,inductor
       tracediff run train.py --backends eager,aot_eager --format json -- --steps 2
+      tracediff run train.py --html report.html --junit junit.xml
     """
+    from tracediff.diff.sample import AlignmentSample
+    from tracediff.report.files import check_output_path, write_report_files
     from tracediff.run.pipeline import parse_backends, run_and_diff
 
     names = parse_backends(backends, script)
+    html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
+    sample = AlignmentSample() if html else None
     report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err,
-                          narrow_fused=narrow)
+                          narrow_fused=narrow, sample=sample)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
+    write_report_files(report, sample, html, junit, _echo_err)
     sys.exit(_emit(report, fmt))
 
 
@@ -225,19 +245,28 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
 @click.argument("trace_b", type=click.Path())
 @_tolerance_options
 @_FORMAT
+@_report_file_options
 def diff(trace_a: str, trace_b: str, rtol: float | None, atol: float | None, config_path: str | None,
-         strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+         strict_structure: bool | None, exact: bool | None, fmt: str, html_path: str | None,
+         junit_path: str | None) -> None:
     """Compare two recordings: A is the reference (e.g. a golden trace), B the run under test.
 
     \b
       tracediff diff golden.jsonl run.jsonl --format json
+      tracediff diff golden.jsonl run.jsonl --html report.html --junit junit.xml
     """
     from tracediff.diff.engine import diff_traces
+    from tracediff.diff.sample import AlignmentSample
     from tracediff.report.build import build_report
+    from tracediff.report.files import check_output_path, write_report_files
 
+    html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
-    result = diff_traces(trace_a, trace_b, config)
-    sys.exit(_emit(build_report(result, [trace_a, trace_b], config), fmt))
+    sample = AlignmentSample() if html else None
+    result = diff_traces(trace_a, trace_b, config, sample)
+    report = build_report(result, [trace_a, trace_b], config)
+    write_report_files(report, sample, html, junit, _echo_err)
+    sys.exit(_emit(report, fmt))
 
 
 @cli.command()

@@ -9,6 +9,7 @@ from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.align import align
+from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
 
@@ -31,11 +32,15 @@ def build_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, S
         return a, future_b.result()
 
 
-def diff_traces(path_a: str | Path, path_b: str | Path, config: Config) -> DiffResult:
-    """Align trace B to reference trace A and find the first divergence."""
+def diff_traces(path_a: str | Path, path_b: str | Path, config: Config,
+                sample: AlignmentSample | None = None) -> DiffResult:
+    """Align trace B to reference trace A and find the first divergence.
+
+    `sample`, if given, collects a bounded view of the alignment for the HTML report.
+    """
     a, b = build_skeletons(path_a, path_b)
     partner, tier = align(a, b)
-    return find_divergence(a, b, partner, tier, config)
+    return find_divergence(a, b, partner, tier, config, sample)
 
 
 def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -30,6 +30,7 @@ from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
 from tracediff.diff.place import Place
+from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
@@ -197,6 +198,10 @@ class _BSide:
             if alignable(record):
                 yield record
 
+    def rest(self) -> Iterator[dict[str, Any]]:
+        """B's alignable records after the current one (all unpaired once A is done)."""
+        yield from self._records
+
     def advance_to(self, j: int) -> Iterator[dict[str, Any]]:
         """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
         while self.index < j:
@@ -218,8 +223,9 @@ class _Comparer:
             tolerance = self._tolerances[key] = self.config.tolerance_for(dtype, op, module, device)
         return tolerance
 
-    def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool) -> tuple[list[TensorDiff], int]:
-        """Disagreeing tensors, and how many were compared."""
+    def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool,
+              rels: list[float] | None = None) -> tuple[list[TensorDiff], int]:
+        """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff."""
         op = ra.get("op") or ra.get("name") or ""
         out: list[TensorDiff] = []
         compared = 0
@@ -228,6 +234,8 @@ class _Comparer:
                 continue
             compared += 1
             result = compare_fingerprints(ta["fp"], tb["fp"], self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu")))
+            if rels is not None:
+                rels.append(result.rel_diff)
             if not result.ok:
                 out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
         return out, compared
@@ -291,7 +299,9 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
     return True
 
 
-def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config) -> DiffResult:
+def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config,
+                    sample: AlignmentSample | None = None) -> DiffResult:
+    """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report)."""
     result = DiffResult(a, b)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     walker = _Walker()
@@ -306,6 +316,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             result.structure.append(f"only in {side}: {place.op} at {place.source} (#{place.index})")
 
     for ra in Trace(a.path):
+        if sample is not None and result.first is not None:
+            sample.diverged()  # found at the previous row
         if not alignable(ra):
             walker.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
             continue
@@ -315,9 +327,13 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         if j < 0:
             walker.unknown(ra, candidate=not ignored)
             example("A", ra)
+            if sample is not None:
+                sample.only_a(ra)
             continue
         for passed in b_side.advance_to(j):
             example("B", passed)
+            if sample is not None:
+                sample.only_b(passed)
         rb = b_side.current
         assert rb is not None
         # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
@@ -325,14 +341,21 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         if not _comparable_pair(ra, rb, tier[alignable_index], comparer, by_name):
             rejected += 1
             walker.unknown(ra, candidate=not ignored)
+            if sample is not None:
+                sample.pair(ra, rb, None, UNCHECKED)
             continue
         if ignored:
             # Not compared and never a cause, but the walk back may pass through it.
             walker.unknown(ra, candidate=False)
+            if sample is not None:
+                sample.pair(ra, rb, None, UNCHECKED)
             continue
         result.compared += 1
 
-        out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True)
+        rels: list[float] | None = [] if sample is not None else None
+        out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True, rels=rels)
+        if sample is not None:
+            sample.pair(ra, rb, max(rels) if rels else None, DIFFER if out_diffs else AGREE)
         if result.first is not None:
             result.inherited += bool(out_diffs)
             if result.inherited >= _INHERITED_LIMIT:
@@ -367,6 +390,13 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         else:
             walker.known(ra)
 
+    if sample is not None:
+        if result.first is not None:
+            sample.diverged()
+        if result.inherited_complete:
+            for passed in b_side.rest():
+                sample.only_b(passed)
+        sample.finish((a.header, b.header), stopped_early=not result.inherited_complete)
     _count_structure(result, partner, rejected, compiled)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
+from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError
 from tracediff.record.backends import resolve_backend
 from tracediff.report.build import build_report, failed_run_report
@@ -57,8 +58,12 @@ def run_and_diff(
     out_dir: str | None,
     echo: Callable[[str], None],
     narrow_fused: bool = True,
+    sample: AlignmentSample | None = None,
 ) -> dict[str, Any]:
-    """Run both backends, diff, and write traces + report into the run directory."""
+    """Run both backends, diff, and write traces + report into the run directory.
+
+    `sample`, if given, collects a bounded view of the alignment (for `--html`).
+    """
     path = check_script(script)
     run_dir = new_run_dir(out_dir)
     runs: list[RunResult] = []
@@ -76,7 +81,7 @@ def run_and_diff(
     traces = [str(r.trace) for r in runs]
     try:
         echo("tracediff: aligning and comparing the two traces")
-        result = diff_traces(runs[0].trace, runs[1].trace, config)
+        result = diff_traces(runs[0].trace, runs[1].trace, config, sample)
         report = build_report(result, traces, config, runs)
     except TraceFormatError as e:
         # A run died before it wrote a readable header: nothing to compare.
@@ -84,6 +89,7 @@ def run_and_diff(
     if narrow_fused and needs_narrowing(report, backends[1]):
         report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
+    report["script"] = str(path)
     write_report(report, run_dir)
     return report
 

@@ -1,0 +1,49 @@
+"""Write the optional report files (`--html`, `--junit`) next to the normal output.
+
+Paths are checked before anything runs, so a typo fails in a second with exit
+2 rather than after two recorded runs. The files do not change the exit code
+the verdict decided, except that a file that still cannot be written is a
+usage error (exit 2): a CI job that asked for it would otherwise miss it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from tracediff.diff.sample import AlignmentSample
+from tracediff.errors import UserError
+
+
+def check_output_path(path: str | None, option: str) -> Path | None:
+    """The path to write, or a UserError if it cannot be a file we can create."""
+    if path is None:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(f"{option} {path}: is a directory; give a file name, e.g. {option} report.out")
+    if not target.parent.is_dir():
+        raise UserError(f"{option} {path}: directory {target.parent} does not exist")
+    return target
+
+
+def write_report_files(report: dict[str, Any], sample: AlignmentSample | None, html: Path | None,
+                       junit: Path | None, echo: Callable[[str], None]) -> None:
+    """Render and write whichever of the HTML page and the JUnit XML was asked for."""
+    if html is not None:
+        from tracediff.report.html import render_html
+
+        _write(html, render_html(report, sample.as_dict() if sample is not None else None), "--html")
+        echo(f"tracediff: wrote HTML report {html}")
+    if junit is not None:
+        from tracediff.report.junit import render_junit
+
+        _write(junit, render_junit(report), "--junit")
+        echo(f"tracediff: wrote JUnit XML {junit}")
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"{option} {path}: cannot write ({e.strerror or e})") from None
