@@ -157,7 +157,10 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
 @click.argument("script", type=click.Path())
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--backends", default="eager,inductor", show_default=True,
-              help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr")
+              help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr; "
+                   "one name (or the same twice): a determinism check")
+@click.option("--repeat", type=int, default=None,
+              help="record each backend N times and compare run 1 with every other run [default: 2 for one backend]")
 @_run_options
 @click.option("--fallback-random/--no-fallback-random", default=None,
               help="inductor calls eager's RNG so random ops agree [default: on for inductor]")
@@ -165,8 +168,8 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
               help="inductor: when the divergence is inside a fused kernel, re-run with one kernel per op to pin it")
 @_tolerance_options
 @_FORMAT
-def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str | None, timeout: float | None,
-        seed: int | None, fallback_random: bool | None, narrow: bool, rtol: float | None, atol: float | None,
+def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
+        timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, rtol: float | None, atol: float | None,
         config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
@@ -175,14 +178,23 @@ def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str |
     \b
       tracediff run train.py --backends eager,inductor
       tracediff run train.py --backends eager,aot_eager --format json -- --steps 2
+      tracediff run train.py --backends inductor --repeat 3     # is inductor deterministic?
     """
     from tracediff.run.pipeline import parse_backends, run_and_diff
+    from tracediff.run.repeat import run_repeated
 
-    names = parse_backends(backends, script)
+    names = parse_backends(backends, script, allow_one=True)
+    if repeat is not None and repeat < 1:
+        raise UserError(f"--repeat takes a number of runs of at least 1, got {repeat}")
+    if len(names) == 1 and (repeat or 2) < 2:
+        raise UserError("one backend needs --repeat 2 or more: there is nothing to compare a single run with")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
-    report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err,
-                          narrow_fused=narrow)
+    args = list(_strip_dashdash(script_args))
+    if len(names) == 1 or (repeat or 1) > 1:
+        report = run_repeated(script, args, names, repeat or 2, config, out_dir, _echo_err, narrow_fused=narrow)
+    else:
+        report = run_and_diff(script, args, names, config, out_dir, _echo_err, narrow_fused=narrow)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
 

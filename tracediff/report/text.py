@@ -35,6 +35,9 @@ def render_text(report: dict[str, Any]) -> str:
     for label, run in zip("AB", report.get("runs", [])):
         if run.get("failure"):
             lines.append(f"  run {label} failed: {run['failure']}")
+    determinism = report.get("determinism")
+    if determinism:
+        lines.append(f"  determinism check: two runs of the same configuration (backend {determinism['backend']})")
     lines.append("")
     lines.append(_VERDICT_LINE[report["verdict"]])
 
@@ -51,6 +54,11 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
                          "the values they feed into agree")
 
+    if determinism and determinism.get("advice"):
+        lines.append(f"  nondeterminism ({determinism['cause'].replace('_', ' ')}):")
+        lines += [f"    - {line}" for line in determinism["advice"]]
+    if report.get("repeat"):
+        lines += _render_repeat(report)
     if "bisect" in report:
         lines += _render_bisect(report)
     structure = report.get("structure") or {}
@@ -72,6 +80,23 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def describe_comparison(entry: dict[str, Any]) -> str:
+    """`eager run 1 vs run 3: DIVERGED at aten::empty (uninitialized.py:18)`: one line per comparison."""
+    a, b = entry["backends"]
+    ra, rb = entry["runs"]
+    pair = f"{a} run {ra} vs run {rb}" if a == b else f"{a} run {ra} vs {b} run {rb}"
+    first = entry.get("first_divergence")
+    if entry["verdict"] == "diverged" and first:
+        return f"{pair}: DIVERGED at {first['op']} ({first.get('source')})"
+    return f"{pair}: {entry['verdict'].upper()}"
+
+
+def _render_repeat(report: dict[str, Any]) -> list[str]:
+    lines = ["", f"repeated runs ({report.get('repeat_count')} per backend):"]
+    lines += [f"  {describe_comparison(entry)}" for entry in report["repeat"]]
+    return lines
 
 
 def _render_bisect(report: dict[str, Any]) -> list[str]:
