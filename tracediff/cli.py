@@ -86,6 +86,7 @@ def cli() -> None:
       tracediff record train.py -o run.jsonl
       tracediff diff golden.jsonl run.jsonl
       tracediff show run.jsonl --module encoder.layer.3
+      tracediff nan run.jsonl
       tracediff bisect train.py --backend inductor
       tracediff repro .tracediff/20261122-101500/
 
@@ -131,7 +132,8 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
 @click.option("--op", help="only ops whose name contains this, e.g. cos or aten::addmm")
 @click.option("--module", help="only ops in this module or below, e.g. Net.block")
 @click.option("--range", "index_range", help="only records with index in START:END (END exclusive), or one INDEX")
-@click.option("--nan", "nan_only", is_flag=True, help="only ops whose outputs hold NaN or Inf")
+@click.option("--nan", "nan_only", is_flag=True,
+              help="only ops whose outputs hold NaN or Inf (`tracediff nan` names the first op that made them)")
 @click.option("--limit", type=int, default=None, help="stop after this many lines")
 def show(trace: str, op: str | None, module: str | None, index_range: str | None, nan_only: bool,
          limit: int | None) -> None:
@@ -151,6 +153,28 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
         click.echo(line)
     if opened.truncated:
         sys.exit(ExitCode.USAGE)
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@_FORMAT
+def nan(traces: tuple[str, ...], fmt: str) -> None:
+    """Name the first op that makes NaN or Inf from finite inputs, with source line and module.
+
+    One trace, or two (e.g. the eager and compiled runs of `tracediff run`).
+    Exit 1 when a trace holds NaN/Inf, 0 when none does.
+
+    \b
+      tracediff nan run.jsonl
+      tracediff nan .tracediff/<run>/a-eager.jsonl .tracediff/<run>/b-inductor.jsonl
+    """
+    from tracediff.report.nan import nan_report, render_nan
+
+    if len(traces) > 2:
+        raise UserError(f"tracediff nan takes one or two traces, got {len(traces)}")
+    report = nan_report(traces)
+    click.echo(json.dumps(report, indent=2) if fmt == "json" else render_nan(report), nl=fmt == "json")
+    sys.exit(report["exit_code"])
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import Place
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
 from tracediff.trace.reader import Trace
@@ -88,11 +89,11 @@ class DiffResult:
     structure_count: int = 0
 
     @property
-    def nan_origin_a(self) -> Place | None:
+    def nan_origin_a(self) -> "NanOrigin | None":
         return self.a.nan_origin
 
     @property
-    def nan_origin_b(self) -> Place | None:
+    def nan_origin_b(self) -> "NanOrigin | None":
         return self.b.nan_origin
 
 

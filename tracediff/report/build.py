@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from tracediff.config import Config
 from tracediff.diff.engine import header_differences
+from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import Place
 from tracediff.diff.verdict import DiffResult, Divergence, TensorDiff
 from tracediff.errors import ExitCode
@@ -61,7 +62,7 @@ def _divergence(d: Divergence) -> dict[str, Any]:
     return out
 
 
-def _place(p: Place | None) -> dict[str, Any] | None:
+def _place(p: Place | NanOrigin | None) -> dict[str, Any] | None:
     return p.as_dict() if p else None
 
 

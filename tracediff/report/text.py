@@ -71,8 +71,9 @@ def render_text(report: dict[str, Any]) -> str:
     for label in ("a", "b"):
         place = nan.get(label)
         if place:
-            lines.append(f"first NaN/Inf in {label.upper()}: {place['op']} at {place['source']} "
-                         f"[{place['module']}] (#{place['index']})")
+            head, *rest = describe_nan_origin(place)
+            lines.append(f"first NaN/Inf in {label.upper()}: {head}")
+            lines += [f"  {line}" for line in rest]
     if report.get("header_differences"):
         lines.append("")
         lines.append("header differences (A -> B):")
@@ -80,6 +81,24 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def describe_nan_origin(origin: dict[str, Any]) -> list[str]:
+    """`aten::log at model.py:19 [Net.block] (#6): output '0' f32[4, 6] has 5 NaN of 24`, then a kernel's fused ops."""
+    kind = "kernel " if origin.get("fuses") else ""
+    where = f"{kind}{origin['op']} at {origin.get('source')}" + (f" [{origin['module']}]" if origin.get("module") else "")
+    counts = []
+    for t in origin.get("outputs") or []:
+        bad = ", ".join(f"{t[k]} {k.replace('nan', 'NaN').replace('inf', 'Inf')}" for k in ("nan", "inf") if t.get(k))
+        counts.append(f"output {t['arg']!r} {t['dtype']}{t['shape']} has {bad} of {t.get('n')}")
+    lines = [f"{where} (#{origin['index']})" + (f": {'; '.join(counts)}" if counts else "")]
+    if origin.get("code") and not origin.get("fuses"):
+        lines.append(f"  {origin['code']}")
+    fuses = origin.get("fuses") or []
+    if fuses:
+        lines.append(f"a generated kernel; it fuses {len(fuses)} ops, one of which made the NaN/Inf:")
+        lines += [f"  {f['op']} at {f.get('source')}" + (f" [{f['module']}]" if f.get("module") else "") for f in fuses]
+    return lines
 
 
 def describe_comparison(entry: dict[str, Any]) -> str:
