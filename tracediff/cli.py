@@ -103,12 +103,14 @@ def cli() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="seed for torch, random and numpy")
 @click.option("--exact", is_flag=True, help="also record a bitwise hash of every tensor")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="seconds before the run is killed")
+@click.option("--float64", is_flag=True, help="compute every floating op in float64: a noise reference for diff --noise")
 def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int, exact: bool,
-           timeout: float) -> None:
+           timeout: float, float64: bool) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
+      tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
     from tracediff.record.backends import resolve_backend
     from tracediff.run.launcher import check_script, record_in_subprocess
@@ -118,7 +120,7 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
         resolve_backend(backend)
     result = record_in_subprocess(
         path, list(_strip_dashdash(script_args)), backend=backend, trace=Path(output), seed=seed, exact=exact,
-        fallback_random=None, timeout=timeout, echo=_echo_err,
+        fallback_random=None, timeout=timeout, echo=_echo_err, float64=float64,
     )
     failure = result.failure()
     if failure:
@@ -190,10 +192,14 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
               help="inductor calls eager's RNG so random ops agree [default: on for inductor]")
 @click.option("--narrow/--no-narrow", default=True, show_default=True,
               help="inductor: when the divergence is inside a fused kernel, re-run with one kernel per op to pin it")
+@click.option("--calibrate", is_flag=True,
+              help="also record the reference with float64 math and judge each difference against the "
+                   "reference's own error there (noise_factor x noise, at least the tolerance)")
 @_tolerance_options
 @_FORMAT
 def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
-        timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, rtol: float | None, atol: float | None,
+        timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
+        rtol: float | None, atol: float | None,
         config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
@@ -216,9 +222,12 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
     args = list(_strip_dashdash(script_args))
     if len(names) == 1 or (repeat or 1) > 1:
+        if calibrate:
+            raise UserError("--calibrate compares two backends once; it does not combine with --repeat or one backend")
         report = run_repeated(script, args, names, repeat or 2, config, out_dir, _echo_err, narrow_fused=narrow)
     else:
-        report = run_and_diff(script, args, names, config, out_dir, _echo_err, narrow_fused=narrow)
+        report = run_and_diff(script, args, names, config, out_dir, _echo_err, narrow_fused=narrow,
+                              calibrate=calibrate)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
 
@@ -259,20 +268,25 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
 @cli.command()
 @click.argument("trace_a", type=click.Path())
 @click.argument("trace_b", type=click.Path())
+@click.option("--noise", "noise_trace", type=click.Path(dir_okay=False),
+              help="a float64 recording of A (`tracediff record --float64`): judge differences against A's noise")
 @_tolerance_options
 @_FORMAT
-def diff(trace_a: str, trace_b: str, rtol: float | None, atol: float | None, config_path: str | None,
-         strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+def diff(trace_a: str, trace_b: str, noise_trace: str | None, rtol: float | None, atol: float | None,
+         config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
     """Compare two recordings: A is the reference (e.g. a golden trace), B the run under test.
 
     \b
       tracediff diff golden.jsonl run.jsonl --format json
+      tracediff diff golden.jsonl run.jsonl --noise golden-float64.jsonl
     """
     from tracediff.diff.engine import diff_traces
     from tracediff.report.build import build_report
 
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
-    result = diff_traces(trace_a, trace_b, config)
+    if noise_trace is not None and not Path(noise_trace).is_file():
+        raise UserError(f"{noise_trace}: no such file")
+    result = diff_traces(trace_a, trace_b, config, noise_trace)
     sys.exit(_emit(build_report(result, [trace_a, trace_b], config), fmt))
 
 

@@ -30,6 +30,7 @@ from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
 from tracediff.diff.nan import NanOrigin
+from tracediff.diff.noise import Noise
 from tracediff.diff.place import Place
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
 from tracediff.trace.reader import Trace
@@ -87,6 +88,8 @@ class DiffResult:
     unpaired_b: int = 0
     structure: list[str] = field(default_factory=list)
     structure_count: int = 0
+    noise: Noise | None = None  # calibrated per-tensor noise the comparison used
+    passed_by_noise: int = 0  # compared tensors beyond the tolerance but within the noise
 
     @property
     def nan_origin_a(self) -> "NanOrigin | None":
@@ -208,8 +211,10 @@ class _BSide:
 
 
 class _Comparer:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, noise: Noise | None = None) -> None:
         self.config = config
+        self.noise = noise
+        self.passed_by_noise = 0  # tensors beyond the tolerance but within the calibrated noise
         self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
 
     def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
@@ -228,7 +233,13 @@ class _Comparer:
             if not _comparable(ta, tb):
                 continue
             compared += 1
-            result = compare_fingerprints(ta["fp"], tb["fp"], self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu")))
+            tolerance = self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu"))
+            if self.noise is not None and tolerance.rtol > 0:
+                noise = self.noise.get(ra["i"], side, ta["a"])
+                result = compare_fingerprints(ta["fp"], tb["fp"], tolerance, noise, self.noise.factor)
+                self.passed_by_noise += result.by_noise
+            else:
+                result = compare_fingerprints(ta["fp"], tb["fp"], tolerance)
             if not result.ok:
                 out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
         return out, compared
@@ -292,11 +303,12 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
     return True
 
 
-def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config) -> DiffResult:
-    result = DiffResult(a, b)
+def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config,
+                    noise: Noise | None = None) -> DiffResult:
+    result = DiffResult(a, b, noise=noise)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     walker = _Walker()
-    comparer = _Comparer(config)
+    comparer = _Comparer(config, noise)
     b_side = _BSide(b.path)
     rejected = 0
     alignable_index = -1
@@ -368,6 +380,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         else:
             walker.known(ra)
 
+    result.passed_by_noise = comparer.passed_by_noise
     _count_structure(result, partner, rejected, compiled)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"

@@ -39,6 +39,8 @@ def _tensor(d: TensorDiff) -> dict[str, Any]:
         "statistic": d.comparison.statistic,
         "tolerance": {"rtol": d.comparison.tolerance.rtol, "atol": d.comparison.tolerance.atol},
         "comparison": d.comparison.describe(),
+        "noise": d.comparison.noise,
+        "above_noise": _number(d.comparison.above_noise),
     }
 
 
@@ -116,7 +118,7 @@ def build_report(
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
 
-    return {
+    report = {
         "verdict": verdict,
         "exit_code": int(code),
         "traces": [str(t) for t in traces],
@@ -135,6 +137,9 @@ def build_report(
         "exact": config.exact,
         "notes": notes,
     }
+    if result.noise is not None:
+        report["calibration"] = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise)
+    return report
 
 
 def failed_run_report(traces: Sequence[str], runs: Sequence[RunResult], reason: str) -> dict[str, Any]:

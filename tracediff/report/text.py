@@ -54,6 +54,12 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
                          "the values they feed into agree")
 
+    calibration = report.get("calibration")
+    if calibration:
+        lines.append(f"  calibrated: differences judged against max(tolerance, {calibration['factor']:g} x noise), "
+                     f"noise measured on {calibration['tensors']} tensors by a float64 re-run of A "
+                     f"({calibration['paired_records']} of {calibration['records']} records paired); "
+                     f"{calibration['passed_by_noise']} beyond the tolerance but within noise")
     if determinism and determinism.get("advice"):
         lines.append(f"  nondeterminism ({determinism['cause'].replace('_', ' ')}):")
         lines += [f"    - {line}" for line in determinism["advice"]]

@@ -58,13 +58,24 @@ def run_and_diff(
     out_dir: str | None,
     echo: Callable[[str], None],
     narrow_fused: bool = True,
+    calibrate: bool = False,
 ) -> dict[str, Any]:
-    """Run both backends, diff, and write traces + report into the run directory."""
+    """Run both backends, diff, and write traces + report into the run directory.
+
+    calibrate: also record A's backend with float64 math and judge differences against the noise it shows.
+    """
     path = check_script(script)
     run_dir = new_run_dir(out_dir)
     runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo)
             for slot, backend in zip("ab", backends)]
-    report = compare_runs(runs[0], runs[1], config, echo)
+    noise_trace = None
+    if calibrate:
+        noise_run = record_run(path, script_args, backends[0], run_dir / f"{trace_name('n', backends[0])}-float64.jsonl",
+                               config, echo, label=" in float64 (noise reference)", float64=True)
+        if noise_run.failure():
+            raise UserError(f"--calibrate: the float64 re-run failed ({noise_run.failure()}); run without --calibrate")
+        noise_trace = noise_run.trace
+    report = compare_runs(runs[0], runs[1], config, echo, noise_trace)
     if narrow_fused and needs_narrowing(report, backends[1]) and backends[0] != backends[1]:
         report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
@@ -73,12 +84,12 @@ def run_and_diff(
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
-               echo: Callable[[str], None], label: str = "") -> RunResult:
+               echo: Callable[[str], None], label: str = "", float64: bool = False) -> RunResult:
     """Record one run of the script; a backend that cannot even start is a usage error."""
     echo(f"tracediff: recording {path} with backend {backend}{label} -> {trace}")
     result = record_in_subprocess(
         path, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
-        fallback_random=config.fallback_random, timeout=config.timeout, echo=echo,
+        fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=float64,
     )
     echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
     if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import
@@ -86,12 +97,13 @@ def record_run(path: Path, script_args: list[str], backend: str, trace: Path, co
     return result
 
 
-def compare_runs(run_a: RunResult, run_b: RunResult, config: Config, echo: Callable[[str], None]) -> dict[str, Any]:
+def compare_runs(run_a: RunResult, run_b: RunResult, config: Config, echo: Callable[[str], None],
+                 noise_trace: Path | None = None) -> dict[str, Any]:
     """Diff two recorded runs into a report; two runs of one backend get determinism advice."""
     traces = [str(run_a.trace), str(run_b.trace)]
     try:
-        echo("tracediff: aligning and comparing the two traces")
-        result = diff_traces(run_a.trace, run_b.trace, config)
+        echo("tracediff: aligning and comparing the two traces" + (" (calibrated)" if noise_trace else ""))
+        result = diff_traces(run_a.trace, run_b.trace, config, noise_trace)
         report = build_report(result, traces, config, [run_a, run_b])
     except TraceFormatError as e:
         # A run died before it wrote a readable header: nothing to compare.
