@@ -87,6 +87,10 @@ def relative_noise(a: dict[str, Any] | None, c: dict[str, Any] | None) -> float 
     return worst
 
 
+def _value(t: dict[str, Any]) -> tuple[Any, Any]:
+    return t.get("id"), t.get("v")
+
+
 def _floating(t: dict[str, Any]) -> bool:
     return str(t.get("dt", "")).startswith(("float", "bfloat", "complex"))
 
@@ -100,7 +104,16 @@ def measure_noise(reference: str | Path, float64_run: str | Path, factor: float)
     records_c = _alignable(float64_run)
     position_c = -1
     current_c: dict[str, Any] | None = None
-    for i, ra in enumerate(_alignable(reference)):
+    garbage: set[tuple[Any, Any]] = set()  # values of uninitialized memory (torch.empty): no noise to measure
+    i = -1
+    for ra in Trace(reference):
+        outs = ra.get("out") or ()
+        garbage.update(_value(t) for t in outs if t.get("uninit"))
+        if not alignable(ra):  # detach/alias of garbage (nn.Parameter(torch.empty(...))) is garbage too
+            if any(_value(t) in garbage for t in ra.get("in") or ()):
+                garbage.update(_value(t) for t in outs)
+            continue
+        i += 1
         j = partner.get(i)
         if j is None:
             continue
@@ -108,11 +121,15 @@ def measure_noise(reference: str | Path, float64_run: str | Path, factor: float)
             current_c = next(records_c)
             position_c += 1
         assert current_c is not None
+        # What an in-place op overwrites (uniform_ on a new parameter) may be garbage: keep the plain tolerance.
+        in_place = str(ra.get("op", "")).split(".", 1)[0].endswith("_")
         for side, key in (("input", "in"), ("output", "out")):
             by_name = {t["a"]: t for t in current_c.get(key) or ()}
             for t in ra.get(key) or ():
                 partner_t = by_name.get(t["a"])
-                if partner_t is None or not _floating(t) or t.get("uninit"):
+                if partner_t is None or not _floating(t) or t.get("uninit") or _value(t) in garbage:
+                    continue
+                if in_place and side == "input" and t["a"] == "self":
                     continue
                 value = relative_noise(t.get("fp"), partner_t.get("fp"))
                 if value is not None:

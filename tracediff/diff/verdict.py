@@ -90,6 +90,7 @@ class DiffResult:
     structure_count: int = 0
     noise: Noise | None = None  # calibrated per-tensor noise the comparison used
     passed_by_noise: int = 0  # compared tensors beyond the tolerance but within the noise
+    closest_to_noise: float = 0.0  # largest multiple of its noise a tensor passed only by noise reached
 
     @property
     def nan_origin_a(self) -> "NanOrigin | None":
@@ -215,6 +216,7 @@ class _Comparer:
         self.config = config
         self.noise = noise
         self.passed_by_noise = 0  # tensors beyond the tolerance but within the calibrated noise
+        self.closest = 0.0  # the largest multiple of its noise a tensor passed only by noise reached
         self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
 
     def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
@@ -238,6 +240,8 @@ class _Comparer:
                 noise = self.noise.get(ra["i"], side, ta["a"])
                 result = compare_fingerprints(ta["fp"], tb["fp"], tolerance, noise, self.noise.factor)
                 self.passed_by_noise += result.by_noise
+                if result.by_noise and result.above_noise is not None and math.isfinite(result.above_noise):
+                    self.closest = max(self.closest, result.above_noise)
             else:
                 result = compare_fingerprints(ta["fp"], tb["fp"], tolerance)
             if not result.ok:
@@ -381,6 +385,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             walker.known(ra)
 
     result.passed_by_noise = comparer.passed_by_noise
+    result.closest_to_noise = comparer.closest
     _count_structure(result, partner, rejected, compiled)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"

@@ -138,7 +138,8 @@ def build_report(
         "notes": notes,
     }
     if result.noise is not None:
-        report["calibration"] = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise)
+        report["calibration"] = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
+                                     max_above_noise_passed=round(result.closest_to_noise, 3))
     return report
 
 

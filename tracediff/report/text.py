@@ -59,7 +59,8 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  calibrated: differences judged against max(tolerance, {calibration['factor']:g} x noise), "
                      f"noise measured on {calibration['tensors']} tensors by a float64 re-run of A "
                      f"({calibration['paired_records']} of {calibration['records']} records paired); "
-                     f"{calibration['passed_by_noise']} beyond the tolerance but within noise")
+                     f"{calibration['passed_by_noise']} beyond the tolerance but within noise (at most "
+                     f"{calibration.get('max_above_noise_passed', 0):g}x their noise)")
     if determinism and determinism.get("advice"):
         lines.append(f"  nondeterminism ({determinism['cause'].replace('_', ' ')}):")
         lines += [f"    - {line}" for line in determinism["advice"]]
