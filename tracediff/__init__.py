@@ -5,5 +5,6 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tracediff.api import record  # noqa: E402
+from tracediff.testing import assert_match  # noqa: E402
 
-__all__ = ["__version__", "record"]
+__all__ = ["__version__", "assert_match", "record"]

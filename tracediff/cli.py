@@ -98,6 +98,7 @@ def cli() -> None:
       tracediff record train.py -o run.jsonl
       tracediff diff golden.jsonl run.jsonl
       tracediff show run.jsonl --module encoder.layer.3
+      tracediff nan run.jsonl
       tracediff bisect train.py --backend inductor
       tracediff repro .tracediff/20261122-101500/
 
@@ -114,12 +115,14 @@ def cli() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="seed for torch, random and numpy")
 @click.option("--exact", is_flag=True, help="also record a bitwise hash of every tensor")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="seconds before the run is killed")
+@click.option("--float64", is_flag=True, help="compute every floating op in float64: a noise reference for diff --noise")
 def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int, exact: bool,
-           timeout: float) -> None:
+           timeout: float, float64: bool) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
+      tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
     from tracediff.record.backends import resolve_backend
     from tracediff.run.launcher import check_script, record_in_subprocess
@@ -129,7 +132,7 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
         resolve_backend(backend)
     result = record_in_subprocess(
         path, list(_strip_dashdash(script_args)), backend=backend, trace=Path(output), seed=seed, exact=exact,
-        fallback_random=None, timeout=timeout, echo=_echo_err,
+        fallback_random=None, timeout=timeout, echo=_echo_err, float64=float64,
     )
     failure = result.failure()
     if failure:
@@ -143,7 +146,8 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
 @click.option("--op", help="only ops whose name contains this, e.g. cos or aten::addmm")
 @click.option("--module", help="only ops in this module or below, e.g. Net.block")
 @click.option("--range", "index_range", help="only records with index in START:END (END exclusive), or one INDEX")
-@click.option("--nan", "nan_only", is_flag=True, help="only ops whose outputs hold NaN or Inf")
+@click.option("--nan", "nan_only", is_flag=True,
+              help="only ops whose outputs hold NaN or Inf (`tracediff nan` names the first op that made them)")
 @click.option("--limit", type=int, default=None, help="stop after this many lines")
 def show(trace: str, op: str | None, module: str | None, index_range: str | None, nan_only: bool,
          limit: int | None) -> None:
@@ -165,23 +169,51 @@ def show(trace: str, op: str | None, module: str | None, index_range: str | None
         sys.exit(ExitCode.USAGE)
 
 
+@cli.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@_FORMAT
+def nan(traces: tuple[str, ...], fmt: str) -> None:
+    """Name the first op that makes NaN or Inf from finite inputs, with source line and module.
+
+    One trace, or two (e.g. the eager and compiled runs of `tracediff run`).
+    Exit 1 when a trace holds NaN/Inf, 0 when none does.
+
+    \b
+      tracediff nan run.jsonl
+      tracediff nan .tracediff/<run>/a-eager.jsonl .tracediff/<run>/b-inductor.jsonl
+    """
+    from tracediff.report.nan import nan_report, render_nan
+
+    if len(traces) > 2:
+        raise UserError(f"tracediff nan takes one or two traces, got {len(traces)}")
+    report = nan_report(traces)
+    click.echo(json.dumps(report, indent=2) if fmt == "json" else render_nan(report), nl=fmt == "json")
+    sys.exit(report["exit_code"])
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("script", type=click.Path())
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--backends", default="eager,inductor", show_default=True,
-              help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr")
+              help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr; "
+                   "one name (or the same twice): a determinism check")
+@click.option("--repeat", type=int, default=None,
+              help="record each backend N times and compare run 1 with every other run [default: 2 for one backend]")
 @_run_options
 @click.option("--fallback-random/--no-fallback-random", default=None,
               help="inductor calls eager's RNG so random ops agree [default: on for inductor]")
 @click.option("--narrow/--no-narrow", default=True, show_default=True,
               help="inductor: when the divergence is inside a fused kernel, re-run with one kernel per op to pin it")
+@click.option("--calibrate", is_flag=True,
+              help="also record the reference with float64 math and judge each difference against the "
+                   "reference's own error there (noise_factor x noise, at least the tolerance)")
 @_tolerance_options
 @_FORMAT
 @_report_file_options
-def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str | None, timeout: float | None,
-        seed: int | None, fallback_random: bool | None, narrow: bool, rtol: float | None, atol: float | None,
-        config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str,
-        html_path: str | None, junit_path: str | None) -> None:
+def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
+        timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
+        rtol: float | None, atol: float | None, config_path: str | None, strict_structure: bool | None,
+        exact: bool | None, fmt: str, html_path: str | None, junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
     Arguments after -- go to the script. Exit 1 on divergence, so it gates CI.
@@ -189,19 +221,32 @@ def run(script: str, script_args: tuple[str, ...], backends: str, out_dir: str |
     \b
       tracediff run train.py --backends eager,inductor
       tracediff run train.py --backends eager,aot_eager --format json -- --steps 2
+      tracediff run train.py --backends inductor --repeat 3     # is inductor deterministic?
       tracediff run train.py --html report.html --junit junit.xml
     """
     from tracediff.diff.sample import AlignmentSample
     from tracediff.report.files import check_output_path, write_report_files
     from tracediff.run.pipeline import parse_backends, run_and_diff
+    from tracediff.run.repeat import run_repeated
 
-    names = parse_backends(backends, script)
+    names = parse_backends(backends, script, allow_one=True)
+    if repeat is not None and repeat < 1:
+        raise UserError(f"--repeat takes a number of runs of at least 1, got {repeat}")
+    if len(names) == 1 and (repeat or 2) < 2:
+        raise UserError("one backend needs --repeat 2 or more: there is nothing to compare a single run with")
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
-    sample = AlignmentSample() if html else None
-    report = run_and_diff(script, list(_strip_dashdash(script_args)), names, config, out_dir, _echo_err,
-                          narrow_fused=narrow, sample=sample)
+    args = list(_strip_dashdash(script_args))
+    sample = None
+    if len(names) == 1 or (repeat or 1) > 1:
+        if calibrate:
+            raise UserError("--calibrate compares two backends once; it does not combine with --repeat or one backend")
+        report = run_repeated(script, args, names, repeat or 2, config, out_dir, _echo_err, narrow_fused=narrow)
+    else:
+        sample = AlignmentSample() if html else None
+        report = run_and_diff(script, args, names, config, out_dir, _echo_err, narrow_fused=narrow,
+                              calibrate=calibrate, sample=sample)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     write_report_files(report, sample, html, junit, _echo_err)
     sys.exit(_emit(report, fmt))
@@ -243,17 +288,20 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
 @cli.command()
 @click.argument("trace_a", type=click.Path())
 @click.argument("trace_b", type=click.Path())
+@click.option("--noise", "noise_trace", type=click.Path(dir_okay=False),
+              help="a float64 recording of A (`tracediff record --float64`): judge differences against A's noise")
 @_tolerance_options
 @_FORMAT
 @_report_file_options
-def diff(trace_a: str, trace_b: str, rtol: float | None, atol: float | None, config_path: str | None,
-         strict_structure: bool | None, exact: bool | None, fmt: str, html_path: str | None,
-         junit_path: str | None) -> None:
+def diff(trace_a: str, trace_b: str, noise_trace: str | None, rtol: float | None, atol: float | None,
+         config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str,
+         html_path: str | None, junit_path: str | None) -> None:
     """Compare two recordings: A is the reference (e.g. a golden trace), B the run under test.
 
     \b
       tracediff diff golden.jsonl run.jsonl --format json
       tracediff diff golden.jsonl run.jsonl --html report.html --junit junit.xml
+      tracediff diff golden.jsonl run.jsonl --noise golden-float64.jsonl
     """
     from tracediff.diff.engine import diff_traces
     from tracediff.diff.sample import AlignmentSample
@@ -262,8 +310,10 @@ def diff(trace_a: str, trace_b: str, rtol: float | None, atol: float | None, con
 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
+    if noise_trace is not None and not Path(noise_trace).is_file():
+        raise UserError(f"{noise_trace}: no such file")
     sample = AlignmentSample() if html else None
-    result = diff_traces(trace_a, trace_b, config, sample)
+    result = diff_traces(trace_a, trace_b, config, sample=sample, noise_trace=noise_trace)
     report = build_report(result, [trace_a, trace_b], config)
     write_report_files(report, sample, html, junit, _echo_err)
     sys.exit(_emit(report, fmt))

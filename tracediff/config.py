@@ -20,6 +20,7 @@ take precedence over the dtype defaults, most specific first.
     seed: 0
     fallback_random: true
     timeout: 900
+    noise_factor: 10       # --calibrate: allowed multiple of each op's measured noise
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Config:
     seed: int = 0
     fallback_random: bool | None = None  # None: on for inductor
     timeout: float = 900.0
+    # --calibrate: a difference may reach this many times the reference's own measured error
+    noise_factor: float = 10.0
 
     def tolerance_for(self, dtype: str, op: str, module: str | None, device: str = "cpu") -> Tolerance:
         """The tolerance a tensor of `dtype` on `device`, from `op` in `module`, is judged by."""
@@ -121,7 +124,8 @@ def _module_matches(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-_TOP_KEYS = {"tolerances", "ops", "modules", "ignore", "strict_structure", "seed", "fallback_random", "timeout", "exact"}
+_TOP_KEYS = {"tolerances", "ops", "modules", "ignore", "strict_structure", "seed", "fallback_random", "timeout", "exact",
+             "noise_factor"}
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -170,7 +174,8 @@ def _parse(data: dict[str, Any], where: str) -> Config:
         ignore_modules=tuple(_strings(ignore.get("modules"), f"{where}: ignore.modules")),
     )
     scalars: dict[str, Any] = {}
-    for key, kind in (("strict_structure", bool), ("exact", bool), ("fallback_random", bool), ("seed", int), ("timeout", (int, float))):
+    for key, kind in (("strict_structure", bool), ("exact", bool), ("fallback_random", bool), ("seed", int),
+                      ("timeout", (int, float)), ("noise_factor", (int, float))):
         if key in data:
             value = data[key]
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

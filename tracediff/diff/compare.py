@@ -24,15 +24,25 @@ class TensorComparison:
     tolerance: Tolerance
     statistic: str  # the statistic that broke the tolerance (or the worst one)
     nonfinite: bool  # the NaN/Inf counts differ
+    noise: float | None = None  # calibrated: the reference's own relative error here (diff/noise.py)
+    above_noise: float | None = None  # calibrated: the difference in multiples of that noise
+    by_noise: bool = False  # passed only because the calibrated noise allows it
 
     def describe(self) -> str:
         verdict = "within" if self.ok else "exceeds"
         if self.nonfinite:
             return f"NaN/Inf counts differ ({verdict} tolerance {self.tolerance})"
-        return f"rel diff {self.rel_diff:.3g} on {self.statistic} {verdict} {self.tolerance}"
+        text = f"rel diff {self.rel_diff:.3g} on {self.statistic} {verdict} {self.tolerance}"
+        if self.noise is not None:
+            times = "inf" if self.above_noise is None or not math.isfinite(self.above_noise) else f"{self.above_noise:.3g}"
+            text += f"; {times}x above noise (reference's own error {self.noise:.2g})"
+        return text
 
 
-def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolerance) -> TensorComparison:
+def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolerance, noise: float | None = None,
+                         factor: float = 10.0) -> TensorComparison:
+    """Judge b against a. With `noise` (calibrated, relative), each statistic may differ by
+    max(its tolerance, factor * noise * scale); NaN/Inf counts must still match."""
     if a.get("nan") != b.get("nan") or a.get("inf") != b.get("inf"):
         return TensorComparison(False, math.inf, tolerance, "nan/inf", True)
     if a.get("n") != b.get("n"):
@@ -47,19 +57,25 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
         "l2": (max(abs(a["l2"]), abs(b["l2"])), tolerance.atol * math.sqrt(n)),
         "max": (max(abs(a["max"]), abs(b["max"])), tolerance.atol),
     }
-    worst_rel, worst_stat, ok = 0.0, "sum", True
+    worst_rel, worst_stat, ok, by_noise = 0.0, "sum", True, False
     for stat, (scale, atol) in scales.items():
         diff = abs(a[stat] - b[stat])
         if not math.isfinite(diff):  # finite stats overflowed float64: compare exactly
             diff = 0.0 if a[stat] == b[stat] else math.inf
         rel = diff / max(scale, _TINY)
-        if diff > atol + tolerance.rtol * scale:
+        floor = atol + tolerance.rtol * scale
+        allowed = floor if noise is None else max(floor, factor * noise * scale)
+        by_noise = by_noise or floor < diff <= allowed
+        if diff > allowed:
             if ok or rel > worst_rel:
                 worst_rel, worst_stat = rel, stat
             ok = False
         elif ok and rel > worst_rel:
             worst_rel, worst_stat = rel, stat
-    return TensorComparison(ok, worst_rel, tolerance, worst_stat, False)
+    if noise is None:
+        return TensorComparison(ok, worst_rel, tolerance, worst_stat, False)
+    above = worst_rel / noise if noise > 0 else (0.0 if worst_rel == 0 else math.inf)
+    return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, noise, above, ok and by_noise)
 
 
 def has_nonfinite(fp: dict[str, Any] | None) -> bool:

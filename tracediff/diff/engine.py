@@ -9,6 +9,7 @@ from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.align import align
+from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
@@ -33,14 +34,17 @@ def build_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, S
 
 
 def diff_traces(path_a: str | Path, path_b: str | Path, config: Config,
-                sample: AlignmentSample | None = None) -> DiffResult:
+                sample: AlignmentSample | None = None, noise_trace: str | Path | None = None) -> DiffResult:
     """Align trace B to reference trace A and find the first divergence.
 
     `sample`, if given, collects a bounded view of the alignment for the HTML report.
+    noise_trace: a float64 re-run of A (`record --float64`); differences are
+    then judged against each tensor's measured noise too (diff/noise.py).
     """
     a, b = build_skeletons(path_a, path_b)
     partner, tier = align(a, b)
-    return find_divergence(a, b, partner, tier, config, sample)
+    noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
+    return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
 
 
 def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

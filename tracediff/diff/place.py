@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracediff.diff.compare import has_nonfinite
-from tracediff.trace.schema import OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +31,8 @@ class Place:
 
 
 def makes_nonfinite(record: dict[str, Any]) -> bool:
-    """True when an op produces NaN/Inf from finite inputs (a NaN origin)."""
-    if record["t"] != OP or record.get("nfs"):  # masked_fill(mask, -inf): Inf on purpose
+    """True when an op (or a generated kernel) produces NaN/Inf from finite inputs (a NaN origin)."""
+    if record["t"] not in (OP, KERNEL) or record.get("nfs"):  # masked_fill(mask, -inf): Inf on purpose
         return False
     # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
     if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") for t in record.get("out", ())):

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracediff.diff.place import Place, makes_nonfinite
+from tracediff.diff.nan import NanOrigin
+from tracediff.diff.place import makes_nonfinite
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -91,7 +92,7 @@ class Skeleton:
     is_region: bytearray = field(default_factory=bytearray)
     regions: int = 0
     ops: int = 0
-    nan_origin: Place | None = None  # first op making NaN/Inf from finite inputs
+    nan_origin: NanOrigin | None = None  # first op or kernel making NaN/Inf from finite inputs
 
     def __len__(self) -> int:
         return len(self.primary)
@@ -103,10 +104,10 @@ def build_skeleton(path: str | Path) -> Skeleton:
     for record in trace:
         if record["t"] == OP:
             skeleton.ops += 1
-            if skeleton.nan_origin is None and makes_nonfinite(record):
-                skeleton.nan_origin = Place.of(record)
         elif record["t"] == REGION:
             skeleton.regions += 1
+        if skeleton.nan_origin is None and makes_nonfinite(record):
+            skeleton.nan_origin = NanOrigin.of(record)
         if not alignable(record):
             continue
         skeleton.is_region.append(record["t"] == REGION)

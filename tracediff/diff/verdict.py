@@ -29,6 +29,8 @@ from typing import Any, Iterator
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.nan import NanOrigin
+from tracediff.diff.noise import Noise
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
@@ -87,13 +89,16 @@ class DiffResult:
     unpaired_b: int = 0
     structure: list[str] = field(default_factory=list)
     structure_count: int = 0
+    noise: Noise | None = None  # calibrated per-tensor noise the comparison used
+    passed_by_noise: int = 0  # compared tensors beyond the tolerance but within the noise
+    closest_to_noise: float = 0.0  # largest multiple of its noise a tensor passed only by noise reached
 
     @property
-    def nan_origin_a(self) -> Place | None:
+    def nan_origin_a(self) -> "NanOrigin | None":
         return self.a.nan_origin
 
     @property
-    def nan_origin_b(self) -> Place | None:
+    def nan_origin_b(self) -> "NanOrigin | None":
         return self.b.nan_origin
 
 
@@ -212,8 +217,11 @@ class _BSide:
 
 
 class _Comparer:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, noise: Noise | None = None) -> None:
         self.config = config
+        self.noise = noise
+        self.passed_by_noise = 0  # tensors beyond the tolerance but within the calibrated noise
+        self.closest = 0.0  # the largest multiple of its noise a tensor passed only by noise reached
         self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
 
     def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
@@ -233,7 +241,15 @@ class _Comparer:
             if not _comparable(ta, tb):
                 continue
             compared += 1
-            result = compare_fingerprints(ta["fp"], tb["fp"], self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu")))
+            tolerance = self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu"))
+            if self.noise is not None and tolerance.rtol > 0:
+                noise = self.noise.get(ra["i"], side, ta["a"])
+                result = compare_fingerprints(ta["fp"], tb["fp"], tolerance, noise, self.noise.factor)
+                self.passed_by_noise += result.by_noise
+                if result.by_noise and result.above_noise is not None and math.isfinite(result.above_noise):
+                    self.closest = max(self.closest, result.above_noise)
+            else:
+                result = compare_fingerprints(ta["fp"], tb["fp"], tolerance)
             if rels is not None:
                 rels.append(result.rel_diff)
             if not result.ok:
@@ -300,12 +316,12 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
 
 
 def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config,
-                    sample: AlignmentSample | None = None) -> DiffResult:
+                    sample: AlignmentSample | None = None, noise: Noise | None = None) -> DiffResult:
     """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report)."""
-    result = DiffResult(a, b)
+    result = DiffResult(a, b, noise=noise)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     walker = _Walker()
-    comparer = _Comparer(config)
+    comparer = _Comparer(config, noise)
     b_side = _BSide(b.path)
     rejected = 0
     alignable_index = -1
@@ -397,6 +413,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             for passed in b_side.rest():
                 sample.only_b(passed)
         sample.finish((a.header, b.header), stopped_early=not result.inherited_complete)
+    result.passed_by_noise = comparer.passed_by_noise
+    result.closest_to_noise = comparer.closest
     _count_structure(result, partner, rejected, compiled)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"

@@ -38,7 +38,7 @@ _LAYOUT_VIEWS = frozenset(
 # Ops whose outputs are uninitialized memory: their values differ run to run by
 # design, so they are marked and never compared; a later op that *reads* them
 # before writing is what a nondeterminism report points at.
-_UNINITIALIZED_OUTPUT_OPS = frozenset(
+UNINITIALIZED_OUTPUT_OPS = _UNINITIALIZED_OUTPUT_OPS = frozenset(
     {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
      "aten::empty_permuted"}
 )

@@ -83,6 +83,7 @@ class RecordingSession:
         materialized: bool = False,
         script_dir: str | None = None,
         recorder_factory: Callable[[TraceWriter, bool], TraceRecorder] | None = None,
+        upcast: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.backend = backend
@@ -97,6 +98,7 @@ class RecordingSession:
         self.script_dir = script_dir
         # `tracediff repro` swaps in a recorder that also keeps chosen ops' arguments.
         self.recorder_factory = recorder_factory or (lambda writer, exact: TraceRecorder(writer, exact=exact))
+        self.upcast = upcast  # "float64": a noise reference run (record/upcast.py)
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
@@ -120,6 +122,7 @@ class RecordingSession:
             "fingerprint": list(FINGERPRINT_KINDS) + (["hash"] if self.exact else []),
             "exact": self.exact,
             "materialized": self.materialized,
+            "upcast": self.upcast,
             "settings": numeric_settings(),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from tracediff.config import Config
 from tracediff.diff.engine import header_differences
+from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import Place
 from tracediff.diff.verdict import DiffResult, Divergence, TensorDiff
 from tracediff.errors import ExitCode
@@ -38,6 +39,8 @@ def _tensor(d: TensorDiff) -> dict[str, Any]:
         "statistic": d.comparison.statistic,
         "tolerance": {"rtol": d.comparison.tolerance.rtol, "atol": d.comparison.tolerance.atol},
         "comparison": d.comparison.describe(),
+        "noise": d.comparison.noise,
+        "above_noise": _number(d.comparison.above_noise),
     }
 
 
@@ -61,7 +64,7 @@ def _divergence(d: Divergence) -> dict[str, Any]:
     return out
 
 
-def _place(p: Place | None) -> dict[str, Any] | None:
+def _place(p: Place | NanOrigin | None) -> dict[str, Any] | None:
     return p.as_dict() if p else None
 
 
@@ -115,7 +118,7 @@ def build_report(
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
 
-    return {
+    report = {
         "verdict": verdict,
         "exit_code": int(code),
         "traces": [str(t) for t in traces],
@@ -134,6 +137,10 @@ def build_report(
         "exact": config.exact,
         "notes": notes,
     }
+    if result.noise is not None:
+        report["calibration"] = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
+                                     max_above_noise_passed=round(result.closest_to_noise, 3))
+    return report
 
 
 def failed_run_report(traces: Sequence[str], runs: Sequence[RunResult], reason: str) -> dict[str, Any]:

@@ -35,6 +35,9 @@ def render_text(report: dict[str, Any]) -> str:
     for label, run in zip("AB", report.get("runs", [])):
         if run.get("failure"):
             lines.append(f"  run {label} failed: {run['failure']}")
+    determinism = report.get("determinism")
+    if determinism:
+        lines.append(f"  determinism check: two runs of the same configuration (backend {determinism['backend']})")
     lines.append("")
     lines.append(_VERDICT_LINE[report["verdict"]])
 
@@ -51,6 +54,18 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
                          "the values they feed into agree")
 
+    calibration = report.get("calibration")
+    if calibration:
+        lines.append(f"  calibrated: differences judged against max(tolerance, {calibration['factor']:g} x noise), "
+                     f"noise measured on {calibration['tensors']} tensors by a float64 re-run of A "
+                     f"({calibration['paired_records']} of {calibration['records']} records paired); "
+                     f"{calibration['passed_by_noise']} beyond the tolerance but within noise (at most "
+                     f"{calibration.get('max_above_noise_passed', 0):g}x their noise)")
+    if determinism and determinism.get("advice"):
+        lines.append(f"  nondeterminism ({determinism['cause'].replace('_', ' ')}):")
+        lines += [f"    - {line}" for line in determinism["advice"]]
+    if report.get("repeat"):
+        lines += _render_repeat(report)
     if "bisect" in report:
         lines += _render_bisect(report)
     structure = report.get("structure") or {}
@@ -63,8 +78,9 @@ def render_text(report: dict[str, Any]) -> str:
     for label in ("a", "b"):
         place = nan.get(label)
         if place:
-            lines.append(f"first NaN/Inf in {label.upper()}: {place['op']} at {place['source']} "
-                         f"[{place['module']}] (#{place['index']})")
+            head, *rest = describe_nan_origin(place)
+            lines.append(f"first NaN/Inf in {label.upper()}: {head}")
+            lines += [f"  {line}" for line in rest]
     if report.get("header_differences"):
         lines.append("")
         lines.append("header differences (A -> B):")
@@ -72,6 +88,41 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def describe_nan_origin(origin: dict[str, Any]) -> list[str]:
+    """`aten::log at model.py:19 [Net.block] (#6): output '0' f32[4, 6] has 5 NaN of 24`, then a kernel's fused ops."""
+    kind = "kernel " if origin.get("fuses") else ""
+    where = f"{kind}{origin['op']} at {origin.get('source')}" + (f" [{origin['module']}]" if origin.get("module") else "")
+    counts = []
+    for t in origin.get("outputs") or []:
+        bad = ", ".join(f"{t[k]} {k.replace('nan', 'NaN').replace('inf', 'Inf')}" for k in ("nan", "inf") if t.get(k))
+        counts.append(f"output {t['arg']!r} {t['dtype']}{t['shape']} has {bad} of {t.get('n')}")
+    lines = [f"{where} (#{origin['index']})" + (f": {'; '.join(counts)}" if counts else "")]
+    if origin.get("code") and not origin.get("fuses"):
+        lines.append(f"  {origin['code']}")
+    fuses = origin.get("fuses") or []
+    if fuses:
+        lines.append(f"a generated kernel; it fuses {len(fuses)} ops, one of which made the NaN/Inf:")
+        lines += [f"  {f['op']} at {f.get('source')}" + (f" [{f['module']}]" if f.get("module") else "") for f in fuses]
+    return lines
+
+
+def describe_comparison(entry: dict[str, Any]) -> str:
+    """`eager run 1 vs run 3: DIVERGED at aten::empty (uninitialized.py:18)`: one line per comparison."""
+    a, b = entry["backends"]
+    ra, rb = entry["runs"]
+    pair = f"{a} run {ra} vs run {rb}" if a == b else f"{a} run {ra} vs {b} run {rb}"
+    first = entry.get("first_divergence")
+    if entry["verdict"] == "diverged" and first:
+        return f"{pair}: DIVERGED at {first['op']} ({first.get('source')})"
+    return f"{pair}: {entry['verdict'].upper()}"
+
+
+def _render_repeat(report: dict[str, Any]) -> list[str]:
+    lines = ["", f"repeated runs ({report.get('repeat_count')} per backend):"]
+    lines += [f"  {describe_comparison(entry)}" for entry in report["repeat"]]
+    return lines
 
 
 def _render_bisect(report: dict[str, Any]) -> list[str]:

@@ -16,6 +16,7 @@ import os
 import runpy
 import sys
 import traceback
+from typing import Any
 
 from tracediff.errors import ExitCode, UserError
 
@@ -33,6 +34,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--capture", default=None, metavar="INDICES",
                         help="repro: keep the arguments of the ops recorded at these comma-separated indices")
     parser.add_argument("--capture-out", default=None, help="repro: where the kept arguments go (torch.save)")
+    parser.add_argument("--float64", action="store_true",
+                        help="compute every floating op in float64 (the noise reference of --calibrate)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -66,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         from tracediff.repro.capture import ArgumentCapture
 
         capture = ArgumentCapture({int(i) for i in options.capture.split(",")})
+    upcast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if options.float64:
+        from tracediff.record.upcast import Float64Upcast
+
+        upcast = Float64Upcast()  # entered before the recorder, so the recorder sees the program's ops
     session = RecordingSession(
         options.out,
         backend=backend,
@@ -76,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         materialized=options.materialize,
         script_dir=os.path.dirname(script),
         recorder_factory=capture.recorder if capture else None,
+        upcast="float64" if options.float64 else None,
     )
     try:
-        with materialize, session:
+        with materialize, upcast, session:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code in (None, 0):

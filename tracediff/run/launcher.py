@@ -99,6 +99,7 @@ def record_in_subprocess(
     timeout: float,
     echo: Callable[[str], None],
     materialize: bool = False,
+    float64: bool = False,
     env: dict[str, str] | None = None,
     child_options: list[str] | None = None,
     cwd: str | None = None,
@@ -113,6 +114,8 @@ def record_in_subprocess(
         command.append("--exact")
     if materialize:
         command.append("--materialize")
+    if float64:
+        command.append("--float64")
     if fallback_random is not None:
         command += ["--fallback-random", "on" if fallback_random else "off"]
     command += child_options or []

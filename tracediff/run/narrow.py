@@ -44,7 +44,9 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         narrowing.update(result="failed", detail=failure)
         return _annotate(report, narrowing, f"narrowing failed ({failure}); candidates are the fused kernel's ops")
     try:
-        unfused = build_report(diff_traces(runs[0].trace, trace, config), [str(runs[0].trace), str(trace)], config)
+        noise_trace = (report.get("calibration") or {}).get("noise_trace")  # judged as the fused run was
+        unfused = build_report(diff_traces(runs[0].trace, trace, config, noise_trace), [str(runs[0].trace), str(trace)],
+                               config)
     except TraceFormatError as e:
         narrowing.update(result="failed", detail=str(e))
         return _annotate(report, narrowing, f"narrowing failed ({e})")

@@ -14,16 +14,17 @@ from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError
 from tracediff.record.backends import resolve_backend
+from tracediff.report import determinism
 from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.text import render_text
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.launcher import RunResult, check_script, new_run_dir, record_in_subprocess, trace_name
 
 
-def parse_backends(text: str, script: str) -> list[str]:
-    """Two backend names, checked before anything runs."""
+def parse_backends(text: str, script: str, allow_one: bool = False) -> list[str]:
+    """Two backend names (or one, for a determinism check), checked before anything runs."""
     names = [n.strip() for n in text.split(",")]
-    if len(names) != 2 or not all(names):
+    if len(names) not in ((1, 2) if allow_one else (2,)) or not all(names):
         raise UserError(f"--backends takes two names separated by a comma (e.g. eager,inductor), got {text!r}")
     for name in names:
         if ":" in name:
@@ -58,39 +59,61 @@ def run_and_diff(
     out_dir: str | None,
     echo: Callable[[str], None],
     narrow_fused: bool = True,
+    calibrate: bool = False,
     sample: AlignmentSample | None = None,
 ) -> dict[str, Any]:
     """Run both backends, diff, and write traces + report into the run directory.
 
+    calibrate: also record A's backend with float64 math and judge differences against the noise it shows.
     `sample`, if given, collects a bounded view of the alignment (for `--html`).
     """
     path = check_script(script)
     run_dir = new_run_dir(out_dir)
-    runs: list[RunResult] = []
-    for slot, backend in zip("ab", backends):
-        trace = run_dir / f"{trace_name(slot, backend)}.jsonl"
-        echo(f"tracediff: recording {path} with backend {backend} -> {trace}")
-        result = record_in_subprocess(
-            path, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
-            fallback_random=config.fallback_random, timeout=config.timeout, echo=echo,
-        )
-        echo(f"tracediff: backend {backend}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
-        if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import
-            raise UserError(result.failure() or f"backend {backend}: bad usage")
-        runs.append(result)
-    traces = [str(r.trace) for r in runs]
-    try:
-        echo("tracediff: aligning and comparing the two traces")
-        result = diff_traces(runs[0].trace, runs[1].trace, config, sample)
-        report = build_report(result, traces, config, runs)
-    except TraceFormatError as e:
-        # A run died before it wrote a readable header: nothing to compare.
-        report = failed_run_report(traces, runs, str(e))
-    if narrow_fused and needs_narrowing(report, backends[1]):
+    runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo)
+            for slot, backend in zip("ab", backends)]
+    noise_trace = None
+    if calibrate:
+        noise_run = record_run(path, script_args, backends[0], run_dir / f"{trace_name('n', backends[0])}-float64.jsonl",
+                               config, echo, label=" in float64 (noise reference)", float64=True)
+        if noise_run.failure():
+            raise UserError(f"--calibrate: the float64 re-run failed ({noise_run.failure()}); run without --calibrate")
+        noise_trace = noise_run.trace
+    report = compare_runs(runs[0], runs[1], config, echo, noise_trace, sample)
+    if narrow_fused and needs_narrowing(report, backends[1]) and backends[0] != backends[1]:
         report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
     report["script"] = str(path)
     write_report(report, run_dir)
+    return report
+
+
+def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
+               echo: Callable[[str], None], label: str = "", float64: bool = False) -> RunResult:
+    """Record one run of the script; a backend that cannot even start is a usage error."""
+    echo(f"tracediff: recording {path} with backend {backend}{label} -> {trace}")
+    result = record_in_subprocess(
+        path, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
+        fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=float64,
+    )
+    echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
+    if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import
+        raise UserError(result.failure() or f"backend {backend}: bad usage")
+    return result
+
+
+def compare_runs(run_a: RunResult, run_b: RunResult, config: Config, echo: Callable[[str], None],
+                 noise_trace: Path | None = None, sample: AlignmentSample | None = None) -> dict[str, Any]:
+    """Diff two recorded runs into a report; two runs of one backend get determinism advice."""
+    traces = [str(run_a.trace), str(run_b.trace)]
+    try:
+        echo("tracediff: aligning and comparing the two traces" + (" (calibrated)" if noise_trace else ""))
+        result = diff_traces(run_a.trace, run_b.trace, config, sample=sample, noise_trace=noise_trace)
+        report = build_report(result, traces, config, [run_a, run_b])
+    except TraceFormatError as e:
+        # A run died before it wrote a readable header: nothing to compare.
+        report = failed_run_report(traces, [run_a, run_b], str(e))
+    if run_a.backend is not None and run_a.backend == run_b.backend:
+        report = determinism.annotate(report, run_a.backend, config.seed)
     return report
 
 

@@ -1,0 +1,128 @@
+"""Calibrated tolerances: float64 re-run of the reference, per-tensor noise, judging against it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import FIXTURES, invoke, marker_line
+from tests.synth import TraceBuilder
+from tracediff.config import Tolerance
+from tracediff.diff.compare import compare_fingerprints
+from tracediff.diff.noise import measure_noise, relative_noise
+from tracediff.record.fingerprint import fingerprint
+from tracediff.record.upcast import Float64Upcast
+
+TOL = Tolerance(1e-4, 1e-6)
+
+
+def test_noise_widens_the_tolerance_and_says_how_far_above_it_is() -> None:
+    a = fingerprint(torch.linspace(1, 2, 100))
+    b = fingerprint(torch.linspace(1, 2, 100) * (1 + 1e-3))
+    assert not compare_fingerprints(a, b, TOL).ok
+    calibrated = compare_fingerprints(a, b, TOL, noise=5e-4, factor=10)
+    assert calibrated.ok and calibrated.by_noise and 1.5 < calibrated.above_noise < 2.5
+    tight = compare_fingerprints(a, b, TOL, noise=1e-6, factor=10)
+    assert not tight.ok and tight.above_noise > 500 and "x above noise" in tight.describe()
+
+
+def test_noise_never_hides_nan_and_never_tightens() -> None:
+    a = fingerprint(torch.ones(4))
+    nan = fingerprint(torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    assert not compare_fingerprints(a, nan, TOL, noise=1.0).ok
+    assert compare_fingerprints(a, fingerprint(torch.ones(4) * (1 + 1e-5)), TOL, noise=0.0).ok
+
+
+def test_relative_noise_is_per_statistic_and_skips_nonfinite() -> None:
+    x = torch.tensor([1.0, -1.0, 2.0])
+    assert relative_noise(fingerprint(x), fingerprint(x.double())) == 0.0
+    assert relative_noise(fingerprint(x), fingerprint(x.double() * 1.01)) == pytest.approx(0.01 / 1.01, rel=1e-6)
+    assert relative_noise(fingerprint(torch.tensor([math.inf])), fingerprint(torch.tensor([1.0]))) is None
+
+
+def test_float64_run_pairs_despite_extra_casts(tmp_path: Path) -> None:
+    """The float64 run has a cast the float32 run has not; pairing skips it, noise is per tensor."""
+    x = torch.linspace(-1, 1, 6)
+    y32, y64 = torch.exp(x), torch.exp(x.double())
+    a = TraceBuilder(tmp_path / "a.jsonl")
+    a.op("aten::exp", [a.tensor("x", x)], [a.tensor("y", y32, "0")], src="m.py:2")
+    a.op("aten::sum", [a.tensor("y", y32)], [a.tensor("s", y32.sum(), "0")], src="m.py:3")
+    c = TraceBuilder(tmp_path / "c.jsonl")
+    c.op("aten::exp", [c.tensor("x", x)], [c.tensor("y", y64, "0")], src="m.py:2")
+    c.op("aten::_to_copy", [c.tensor("y", y64)], [c.tensor("y32", y64.float(), "0")], src="m.py:2")
+    c.op("aten::sum", [c.tensor("y", y64)], [c.tensor("s", y64.sum(), "0")], src="m.py:3")
+    noise = measure_noise(a.close(), c.close(), factor=10)
+    assert noise.paired == 2 and noise.records == 2
+    assert noise.get(0, "input", "self") == 0.0  # the same program input
+    assert 0 < noise.get(0, "output", "0") < 1e-6 and noise.get(1, "output", "0") is not None
+
+
+def test_upcast_computes_in_float64_with_the_same_parameters_and_random_numbers() -> None:
+    def program() -> tuple[torch.Tensor, ...]:
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(8, 8)  # empty + uniform_ init: must draw the same numbers
+        x = torch.randn(4, 8)
+        h = lin(x)
+        d = torch.nn.functional.dropout(h, 0.5, training=True)  # random op on a computed value
+        buf = torch.zeros(4, 8)
+        buf[:, :4] = h[:, :4]  # slice assignment into a float32 tensor through a view
+        return lin.weight, h, d, buf
+
+    w32, h32, d32, buf32 = program()
+    with Float64Upcast():
+        w64, h64, d64, buf64 = program()
+    assert w64.dtype == torch.float32 and torch.equal(w32, w64)
+    assert h64.dtype == torch.float64 and torch.allclose(h64, h32.double(), rtol=1e-5)
+    assert torch.equal(d64 != 0, d32 != 0)  # the same dropout mask
+    assert buf64.dtype == torch.float32 and torch.count_nonzero(buf64[:, 4:]) == 0 and torch.allclose(buf64, buf32)
+
+
+@pytest.fixture(scope="module")
+def offset_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """offset_layernorm under aot_eager_decomp_partition, calibrated (3 recorded runs)."""
+    out = tmp_path_factory.mktemp("offset")
+    result = invoke("run", str(FIXTURES / "offset_layernorm.py"), "--backends", "eager,aot_eager_decomp_partition",
+                    "--calibrate", "--out-dir", str(out), "--format", "json")
+    return result.report, out
+
+
+def test_calibration_removes_the_false_alarm_of_a_legitimate_reordering(offset_run) -> None:
+    report, out = offset_run
+    plain = invoke("diff", *report["traces"], "--format", "json")
+    assert plain.exit_code == 1 and plain.report["first_divergence"]["source"].startswith("offset_layernorm.py")
+    assert report["verdict"] == "match" and report["exit_code"] == 0
+    calibration = report["calibration"]
+    assert calibration["passed_by_noise"] > 0 and calibration["paired_records"] == calibration["records"]
+    assert calibration["max_above_noise_passed"] < calibration["factor"]
+    again = invoke("diff", *report["traces"], "--noise", calibration["noise_trace"], "--format", "json")
+    assert again.exit_code == 0 and again.report["calibration"]["passed_by_noise"] == calibration["passed_by_noise"]
+    header = json.loads((out / "n-eager-float64.jsonl").read_text().splitlines()[0])
+    assert header["upcast"] == "float64"
+
+
+def test_calibration_keeps_the_planted_fault(run_fixture) -> None:
+    result = run_fixture("wrong_decomposition.py", "eager,wrong_decomposition:wrong_cos_backend", "--calibrate")
+    first = result.report["first_divergence"]
+    assert result.exit_code == 1
+    assert first["source"] == f"wrong_decomposition.py:{marker_line('wrong_decomposition.py', 'divergent line')}"
+    assert first["tensor"]["above_noise"] > 1e4
+
+
+@pytest.mark.slow
+def test_calibration_keeps_the_fused_fault_and_removes_inductors_false_alarm(run_fixture) -> None:
+    fused = run_fixture("perturbed_fusion.py", "eager,inductor", "--calibrate").report
+    assert fused["verdict"] == "diverged" and fused["first_divergence"]["op"] == "aten::cos"
+    assert fused["first_divergence"]["source"] == f"perturbed_fusion.py:{marker_line('perturbed_fusion.py', 'divergent line')}"
+    assert fused["first_divergence"]["tensor"]["above_noise"] > 1e4
+    offset = run_fixture("offset_layernorm.py", "eager,inductor", "--calibrate").report
+    assert offset["verdict"] == "match" and offset["calibration"]["passed_by_noise"] > 0
+    assert invoke("diff", *offset["traces"]).exit_code == 1  # the default tolerance alone: a false alarm
+
+
+def test_calibrate_does_not_combine_with_repeat() -> None:
+    result = invoke("run", str(FIXTURES / "clean_mlp.py"), "--backends", "eager", "--calibrate")
+    assert result.exit_code == 2 and "--calibrate" in result.stderr

@@ -1,0 +1,77 @@
+"""`tracediff run --repeat N`: record each backend N times and check that its runs agree.
+
+Run 1 of each backend is compared with each of its other runs (a determinism
+check), and with two backends, run 1 of A with run 1 of B. The report is the
+first comparison that failed, else the first that diverged (determinism
+checks first: if a backend disagrees with itself, a difference between
+backends says little), else A vs B (or run 1 vs run 2 of the one backend).
+Every comparison is summarized under `repeat`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tracediff.config import Config
+from tracediff.report.text import describe_comparison
+from tracediff.run.launcher import RunResult, check_script, new_run_dir, trace_name
+from tracediff.run.narrow import narrow, needs_narrowing
+from tracediff.run.pipeline import compare_runs, record_run, write_report
+
+
+def _summary(report: dict[str, Any], backends: list[str], runs: list[int]) -> dict[str, Any]:
+    first = report.get("first_divergence")
+    return {
+        "backends": backends,
+        "runs": runs,
+        "traces": report["traces"],
+        "verdict": report["verdict"],
+        "exit_code": report["exit_code"],
+        "first_divergence": None if not first else {
+            k: first.get(k) for k in ("kind", "op", "index", "source", "module", "rel_diff")
+        },
+        "cause": (report.get("determinism") or {}).get("cause"),
+    }
+
+
+def run_repeated(
+    script: str,
+    script_args: list[str],
+    backends: list[str],
+    repeat: int,
+    config: Config,
+    out_dir: str | None,
+    echo: Callable[[str], None],
+    narrow_fused: bool = True,
+) -> dict[str, Any]:
+    path = check_script(script)
+    run_dir = new_run_dir(out_dir)
+    unique = list(dict.fromkeys(backends))
+    runs: dict[str, list[RunResult]] = {}
+    for backend in unique:
+        runs[backend] = [
+            record_run(path, script_args, backend, run_dir / f"{trace_name(f'r{k}', backend)}.jsonl", config, echo,
+                       label=f" (run {k} of {repeat})")
+            for k in range(1, repeat + 1)
+        ]
+    compared: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for backend in unique:
+        for k, other in enumerate(runs[backend][1:], start=2):
+            report = compare_runs(runs[backend][0], other, config, echo)
+            compared.append((_summary(report, [backend, backend], [1, k]), report))
+            echo(f"tracediff: {describe_comparison(compared[-1][0])}")
+    cross: dict[str, Any] | None = None
+    if len(unique) == 2:
+        pair = [runs[unique[0]][0], runs[unique[1]][0]]
+        cross = compare_runs(pair[0], pair[1], config, echo)
+        if narrow_fused and needs_narrowing(cross, unique[1]):
+            cross = narrow(cross, pair, path, script_args, config, run_dir, echo)
+        compared.append((_summary(cross, unique, [1, 1]), cross))
+        echo(f"tracediff: {describe_comparison(compared[-1][0])}")
+
+    chosen = next((r for _, r in compared if r["verdict"] == "failed"), None) \
+        or next((r for _, r in compared if r["verdict"] == "diverged"), None) \
+        or cross or compared[0][1]
+    report = dict(chosen, repeat=[entry for entry, _ in compared], repeat_count=repeat, run_dir=str(run_dir))
+    write_report(report, run_dir)
+    return report
