@@ -35,7 +35,7 @@ def child(a: str, b: str, html: bool) -> None:
 
     t0 = time.perf_counter()
     sample = AlignmentSample() if html else None
-    result = diff_traces(a, b, Config(), sample)
+    result = diff_traces(a, b, Config(), sample=sample)
     report = build_report(result, [a, b], Config())
     page = render_html(report, sample.as_dict()) if sample is not None else ""
     out = {"wall_s": time.perf_counter() - t0, "rss_peak_mib": _peak_rss_mib(), "html_bytes": len(page.encode()),

@@ -45,7 +45,7 @@ def _page(tmp_path: Path, n_ops: int = 12, wrong_at: int | None = 5, **sample_ar
     _chain(b, n_ops, wrong_at)
     paths = [a.close(), b.close()]
     sample = AlignmentSample(**sample_args)
-    report = build_report(diff_traces(*paths, Config(), sample), [str(p) for p in paths], Config())
+    report = build_report(diff_traces(*paths, Config(), sample=sample), [str(p) for p in paths], Config())
     data = sample.as_dict()
     return report, data, render_html(report, data)
 

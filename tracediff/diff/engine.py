@@ -33,7 +33,7 @@ def build_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, S
         return a, future_b.result()
 
 
-def diff_traces(path_a: str | Path, path_b: str | Path, config: Config,
+def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
                 sample: AlignmentSample | None = None, noise_trace: str | Path | None = None) -> DiffResult:
     """Align trace B to reference trace A and find the first divergence.
 

@@ -315,7 +315,7 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
     return True
 
 
-def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config,
+def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config, *,
                     sample: AlignmentSample | None = None, noise: Noise | None = None) -> DiffResult:
     """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report)."""
     result = DiffResult(a, b, noise=noise)

@@ -45,7 +45,7 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         return _annotate(report, narrowing, f"narrowing failed ({failure}); candidates are the fused kernel's ops")
     try:
         noise_trace = (report.get("calibration") or {}).get("noise_trace")  # judged as the fused run was
-        unfused = build_report(diff_traces(runs[0].trace, trace, config, noise_trace), [str(runs[0].trace), str(trace)],
+        unfused = build_report(diff_traces(runs[0].trace, trace, config, noise_trace=noise_trace), [str(runs[0].trace), str(trace)],
                                config)
     except TraceFormatError as e:
         narrowing.update(result="failed", detail=str(e))
