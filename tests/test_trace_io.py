@@ -204,7 +204,7 @@ def test_first_line_not_header(tmp_path: Path, first_line: Any) -> None:
     _expect_error(path, "not a tracediff trace", "header")
 
 
-@pytest.mark.parametrize("schema", [0, 2, 99, "1", None])
+@pytest.mark.parametrize("schema", [0, 1, 99, "2", None])
 def test_wrong_schema_version(tmp_path: Path, schema: Any) -> None:
     path = tmp_path / "run.jsonl"
     header = {"t": "header", **HEADER}
@@ -213,6 +213,16 @@ def test_wrong_schema_version(tmp_path: Path, schema: Any) -> None:
     path.write_text(json.dumps(header) + "\n")
     message = _expect_error(path, "schema version", repr(schema), str(SCHEMA_VERSION))
     assert "re-record" in message
+
+
+def test_schema_1_trace_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Schema 2 changed how fingerprints are accumulated: a schema-1 file must not be compared silently."""
+    assert SCHEMA_VERSION == 2
+    path = tmp_path / "old.jsonl"
+    header = {"t": "header", **HEADER, "schema": 1}
+    path.write_text(json.dumps(header) + "\n" + json.dumps(_op(0)) + "\n")
+    message = _expect_error(path, "schema version 1", "re-record")
+    assert "\n" not in message
 
 
 def test_damaged_middle_line(tmp_path: Path) -> None:

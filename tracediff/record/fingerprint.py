@@ -1,7 +1,10 @@
 """Tensor fingerprints: a few statistics that can be compared with a tolerance.
 
-A fingerprint is a dict of plain numbers, computed in float64 so that the
-statistics of two float32 runs differ only by what the runs computed:
+A fingerprint is a dict of plain numbers. Float32 and narrower tensors are
+reduced in float32 with torch's pairwise summation (error a few float32 ulps
+of `l1`, far below any float32 tolerance), float64, integer and bool tensors
+in float64; NaN/Inf tensors are re-read in float64 (schema 2; schema 1 made a
+float64 copy of every tensor, four times the memory traffic):
 
   sum   sum of finite elements        (signed: catches sign and offset errors)
   l1    sum of |x| over finite ones   (scale, the denominator of relative diffs)
@@ -39,43 +42,82 @@ def has_data(t: torch.Tensor) -> bool:
     return not torch._is_functional_tensor(t)
 
 
-def _as_real_float64(t: torch.Tensor) -> torch.Tensor:
+def _as_real(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The tensor's real elements (complex as real and imaginary parts) in `dtype`
+    (default: its accumulation dtype, see `accumulation_dtype`), flat; no copy
+    when it already is that dtype and contiguous."""
     x = t.detach()
     if x.is_complex():
         x = torch.view_as_real(x.resolve_conj())
     if x.is_quantized:
         x = x.dequantize()
-    return x.to(torch.float64).reshape(-1)
+    # Logical (row-major) order: a transposed view sums in the same order as its
+    # contiguous copy, so layout alone never changes a statistic's last bits.
+    return x.to(dtype or accumulation_dtype(x.dtype)).reshape(-1)
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float32 and narrower floats; float64 for float64, integers and bools.
+
+    torch's float32 reductions sum pairwise (cascade on CPU, trees on CUDA), so
+    their error is a few float32 ulps of `l1`, far inside any tolerance a
+    float32 comparison can use (rtol 1e-4), and they need no float64 copy of
+    the tensor. Integers go to float64, which holds them exactly up to 2**53.
+    """
+    if dtype.is_floating_point and dtype != torch.float64:
+        return torch.float32
+    return torch.float64
+
+
+def from_stats(stats: list[float], n: int) -> dict[str, Any]:
+    """A fingerprint from [sum, l1, sum of squares, max, nan, inf] over the finite elements."""
+    return {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
+            "nan": int(stats[4]), "inf": int(stats[5]), "n": n}
+
+
+def empty_fingerprint() -> dict[str, Any]:
+    return {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0}
 
 
 def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
-    """Fingerprint of one tensor, or None when it has no data to read.
+    """Fingerprint of one tensor, read on the host (one `.tolist()`), or None when
+    it has no data to read.
 
-    One float64 copy, then fused reductions over it (norms take |x| without
-    a temporary). NaN and Inf are only counted when the float64 sum is not
-    finite: a sum of finite float32/16 values cannot overflow float64, so a
-    finite sum means there are none.
+    Fast path: in the accumulation dtype, |x| once, then sum, sum of |x|,
+    max and (squared in place) sum of squares, fetched together. A non-finite
+    result means NaN/Inf elements (or float32 overflow): then the statistics
+    are taken again in float64 over the finite elements, with the counts.
     """
     if not has_data(t):
         return None
     with torch.no_grad():
-        x = _as_real_float64(t)
+        x = _as_real(t)
         n = x.numel()
         if n == 0:
-            fp: dict[str, Any] = {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0}
+            fp = empty_fingerprint()
         else:
-            norm = torch.linalg.vector_norm
-            stats = torch.stack([x.sum(), norm(x, 1), norm(x, 2), norm(x, float("inf"))]).tolist()
-            nan = inf = 0
-            if not math.isfinite(stats[0]):
-                nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
-                finite = x[torch.isfinite(x)]
-                stats = (torch.stack([finite.sum(), norm(finite, 1), norm(finite, 2), norm(finite, float("inf"))]).tolist()
-                         if finite.numel() else [0.0, 0.0, 0.0, 0.0])
-            fp = {"sum": stats[0], "l1": stats[1], "l2": stats[2], "max": stats[3], "nan": nan, "inf": inf, "n": n}
+            a = x.abs()
+            parts = [x.sum(), a.sum(), a.max()]
+            parts.append(a.mul_(a).sum())  # after max: squares in place, no second temporary
+            s, l1, mx, sq = torch.stack(parts).tolist()
+            if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
+                fp = from_stats([s, l1, sq, mx, 0, 0], n)
+            else:
+                fp = _nonfinite_fingerprint(_as_real(t, torch.float64))
         if exact:
             fp["hash"] = content_hash(t)
     return fp
+
+
+def _nonfinite_fingerprint(x: torch.Tensor) -> dict[str, Any]:
+    """Statistics over the finite elements of float64 `x`, with NaN and Inf counted."""
+    nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+    finite = x[torch.isfinite(x)]
+    if not finite.numel():
+        return from_stats([0.0, 0.0, 0.0, 0.0, nan, inf], x.numel())
+    a = finite.abs()
+    s, l1, mx, sq = torch.stack([finite.sum(), a.sum(), a.max(), (a * a).sum()]).tolist()
+    return from_stats([s, l1, sq, mx, nan, inf], x.numel())
 
 
 def content_hash(t: torch.Tensor) -> str:

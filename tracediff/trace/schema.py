@@ -6,7 +6,7 @@ cut off (crash, kill) and still reads back; readers mark it truncated.
 Records hold strings and numbers only, never tensors. Keys are short because a
 long program writes millions of records.
 
-header  {"t": "header", "schema": 1, "tracediff": ..., "torch": ..., "device": ...,
+header  {"t": "header", "schema": 2, "tracediff": ..., "torch": ..., "device": ...,
          "backend": ..., "command": [...], "seed": ..., "fingerprint": [...],
          "settings": {...}, "rank": 0, "world_size": 1, ...}
 op      {"t": "op", "i": seq, "op": "aten::cos", "d": depth, "m": module path,
@@ -34,7 +34,7 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 HEADER = "header"
 FOOTER = "footer"
