@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -59,6 +60,10 @@ def _is_fake_context(args: Iterable[Any]) -> bool:
     return any(isinstance(a, FakeTensor) for a in args)
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def _is_written(arg: Any) -> bool:
     return arg is not None and arg.alias_info is not None and arg.alias_info.is_write
 
@@ -68,24 +73,49 @@ def _is_out_buffer(arg: Any) -> bool:
     return arg is not None and arg.kwarg_only and _is_written(arg)
 
 
-def _tensor_arguments(func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor, Any]]:
-    """(argument name, tensor, its schema argument or None) for every tensor argument."""
-    arguments = func._schema.arguments
+@dataclass(frozen=True)
+class _OpInfo:
+    """What the recorder needs of an op's schema, worked out once per overload."""
+
+    name: str  # "aten::addmm.out"
+    arguments: tuple[tuple[str, bool, bool], ...]  # (name, written, out buffer) per schema argument
+    by_name: dict[str, tuple[str, bool, bool]]
+    layout_view: bool
+    uninitialized: bool
+
+    @classmethod
+    def of(cls, func: Any) -> "_OpInfo":
+        arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
+        schema_name = func._schema.name
+        return cls(op_name(func), arguments, {a[0]: a for a in arguments},
+                   schema_name in _LAYOUT_VIEWS, schema_name in _UNINITIALIZED_OUTPUT_OPS)
+
+
+_NO_ARG = ("", False, False)
+
+
+def _tensor_arguments(info: _OpInfo, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, bool, bool]]:
+    """(argument name, tensor, written, out buffer) for every tensor argument."""
+    found: list[tuple[str, torch.Tensor, bool, bool]] = []
+    arguments = info.arguments
     for i, value in enumerate(args):
-        arg = arguments[i] if i < len(arguments) else None
-        yield from _flatten(arg.name if arg is not None else str(i), value, arg)
-    by_name = {a.name: a for a in arguments}
-    for name, value in kwargs.items():
-        yield from _flatten(name, value, by_name.get(name))
-
-
-def _flatten(name: str, value: Any, arg: Any) -> Iterator[tuple[str, torch.Tensor, Any]]:
-    if isinstance(value, torch.Tensor):
-        yield name, value, arg
-    elif isinstance(value, (list, tuple)):
-        for j, item in enumerate(value):
-            if isinstance(item, torch.Tensor):
-                yield f"{name}.{j}", item, arg
+        if isinstance(value, torch.Tensor):
+            name, written, out = arguments[i] if i < len(arguments) else (str(i), False, False)
+            found.append((name, value, written, out))
+        elif isinstance(value, (list, tuple)):
+            name, written, out = arguments[i] if i < len(arguments) else (str(i), False, False)
+            for j, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    found.append((f"{name}.{j}", item, written, out))
+    for key, value in kwargs.items():
+        _, written, out = info.by_name.get(key, _NO_ARG)
+        if isinstance(value, torch.Tensor):
+            found.append((key, value, written, out))
+        elif isinstance(value, (list, tuple)):
+            for j, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    found.append((f"{key}.{j}", item, written, out))
+    return found
 
 
 def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
@@ -139,6 +169,10 @@ class TraceRecorder(TorchDispatchMode):
         self._regions: list[str | None] = []
         # True while tracediff itself computes (fingerprints): those ops are not the program's.
         self._internal = False
+        # Per-op and per-tensor facts that never change, worked out once (names are strings).
+        self._op_info: dict[Any, _OpInfo] = {}
+        self._dtype_names: dict[torch.dtype, str] = {}
+        self._device_names: dict[torch.device, str] = {}
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
     # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
@@ -181,19 +215,20 @@ class TraceRecorder(TorchDispatchMode):
             else:
                 fp = fingerprint(t, exact=self.exact)
                 entry[1], entry[2] = version, fp
-        return {
-            "a": arg,
-            "id": entry[0],
-            "v": version,
-            "dt": str(t.dtype).removeprefix("torch."),
-            "sh": list(t.shape),
-            "dev": str(t.device),
-            "fp": fp,
-        }
+        dtype = t.dtype
+        dtype_name = self._dtype_names.get(dtype)
+        if dtype_name is None:
+            dtype_name = self._dtype_names[dtype] = _dtype_name(dtype)
+        device = t.device
+        device_name = self._device_names.get(device)
+        if device_name is None:
+            device_name = self._device_names[device] = str(device)
+        return {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
+                "fp": fp}
 
-    def _layout_view_fingerprint(self, func: Any, inputs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _layout_view_fingerprint(self, info: _OpInfo, inputs: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The input's fingerprint for a layout-only view (not in exact mode: a hash depends on order)."""
-        if self.exact or func._schema.name not in _LAYOUT_VIEWS or not inputs:
+        if self.exact or not info.layout_view or not inputs:
             return None
         return inputs[0].get("fp")
 
@@ -238,16 +273,18 @@ class TraceRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self._internal or func.namespace in _SKIPPED_NAMESPACES or _inductor_benchmarking():
             return func(*args, **kwargs)
-        flat_args = list(args) + list(kwargs.values())
-        if _is_fake_context(flat_args):
+        if _is_fake_context((*args, *kwargs.values())):
             return func(*args, **kwargs)
+        info = self._op_info.get(func)
+        if info is None:
+            info = self._op_info[func] = _OpInfo.of(func)
 
         self._internal = True
         try:
-            tensor_args = list(_tensor_arguments(func, args, kwargs))
-            inputs = [self._describe(name, t, not _is_out_buffer(arg)) for name, t, arg in tensor_args]
+            tensor_args = _tensor_arguments(info, args, kwargs)
+            inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
             # Tensors the op writes (in-place self, out= buffers), by Python id.
-            written = {id(t) for _, t, arg in tensor_args if _is_written(arg)}
+            written = {id(t) for _, t, w, _ in tensor_args if w}
         finally:
             self._internal = False
 
@@ -255,22 +292,23 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
-            same_as = self._layout_view_fingerprint(func, inputs)
+            same_as = self._layout_view_fingerprint(info, inputs)
             outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as)
                        for name, t in _output_tensors(result)]
-            if func._schema.name in _UNINITIALIZED_OUTPUT_OPS:
+            if info.uninitialized:
                 for out in outputs:
                     out["uninit"] = True
-            self._write_op(func, args, kwargs, inputs, outputs)
+            self._write_op(info, args, kwargs, inputs, outputs)
         finally:
             self._internal = False
         return result
 
-    def _write_op(self, func: Any, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
+    def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
         source, fx = self.sources.find(sys._getframe(2))
+        modules = self.modules
         # Module hooks do not run inside compiled code: fall back to the region's module.
-        module = self.modules.current or self.region_root
-        record: dict[str, Any] = {"t": OP, "i": self._seq, "op": op_name(func), "d": self.modules.depth + len(self._regions)}
+        module = modules.current or self.region_root
+        record: dict[str, Any] = {"t": OP, "i": self._seq, "op": info.name, "d": modules.depth + len(self._regions)}
         if fx is not None:
             root = self._regions[-1] if self._regions else None
             module = ".".join(p for p in (root, fx.module) if p) or module
@@ -284,7 +322,7 @@ class TraceRecorder(TorchDispatchMode):
         record["out"] = outputs
         if _has_nonfinite_scalar(args, kwargs):
             record["nfs"] = True  # e.g. masked_fill(mask, -inf): Inf on purpose, not a NaN origin
-        if self.modules.in_backward:
+        if modules.in_backward:
             record["bw"] = True
         self.writer.write(record)
         self._seq += 1

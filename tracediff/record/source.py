@@ -9,6 +9,7 @@ module's line map.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
@@ -20,6 +21,8 @@ from typing import Any, Callable
 import torch
 
 _FX_FRAME_PREFIX = "<eval_with_key>"
+# What a stack frame's code object is to the walk for the user's line.
+_GENERATED, _FX, _INTERNAL, _USER = 0, 1, 2, 3
 _STACK_TRACE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 
 
@@ -29,7 +32,7 @@ class SourceLocation:
     line: int
     code: str
 
-    @property
+    @functools.cached_property
     def short(self) -> str:
         return f"{os.path.basename(self.path)}:{self.line}"
 
@@ -59,7 +62,8 @@ class SourceFinder:
         # site-packages lives under the stdlib directory, but its third-party model
         # code (transformers' modeling_gpt2.py) is exactly what users want to see.
         self._installed = tuple({paths["purelib"] + os.sep, paths["platlib"] + os.sep})
-        self._skip_code: dict[Any, bool] = {}
+        self._kind: dict[Any, int] = {}  # code object -> _GENERATED | _FX | _INTERNAL | _USER
+        self._locations: dict[tuple[Any, int], SourceLocation] = {}
         self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}
         # Generated wrapper files (inductor) -> line of a call -> the user source it came from.
         self._generated: dict[str, Callable[[int], SourceLocation | None]] = {}
@@ -67,40 +71,60 @@ class SourceFinder:
     def register_generated(self, filename: str, lookup: Callable[[int], SourceLocation | None]) -> None:
         """Resolve frames in generated code `filename` through `lookup(line)` (e.g. inductor provenance)."""
         self._generated[filename] = lookup
+        self._kind.clear()  # code objects of that file were classified before it was known
 
-    def _is_internal(self, frame: FrameType) -> bool:
-        code = frame.f_code
-        skip = self._skip_code.get(code)
-        if skip is None:
+    def _kind_of(self, code: Any) -> int:
+        """What a frame of `code` is to the walk: _GENERATED, _FX, _INTERNAL or _USER (cached per code object)."""
+        kind = self._kind.get(code)
+        if kind is None:
             name = code.co_filename
-            skip = (
+            if name in self._generated:
+                kind = _GENERATED
+            elif name.startswith(_FX_FRAME_PREFIX):
+                kind = _FX
+            elif (
                 name.startswith(self._skip_prefixes)
                 or (name.startswith(self._stdlib) and not name.startswith(self._installed))
                 or name.startswith("<")  # <frozen ...>, <string>, generated code
                 or "torchinductor_" in name  # inductor's generated wrapper modules
-            )
-            self._skip_code[code] = skip
-        return skip
+            ):
+                kind = _INTERNAL
+            else:
+                kind = _USER
+            self._kind[code] = kind
+        return kind
 
     def find(self, frame: FrameType | None) -> tuple[SourceLocation | None, FxNodeInfo | None]:
         """(user source location, FX node info if inside a compiled graph)."""
         fx: FxNodeInfo | None = None
         while frame is not None:
-            lookup = self._generated.get(frame.f_code.co_filename)
-            if lookup is not None:
-                location = lookup(frame.f_lineno)
+            code = frame.f_code
+            kind = self._kind_of(code)
+            if kind == _INTERNAL:
+                frame = frame.f_back
+                continue
+            if kind == _USER:
+                return self._location(code, frame.f_lineno), fx
+            if kind == _GENERATED:
+                location = self._generated[code.co_filename](frame.f_lineno)
                 if location is not None:
                     return location, fx
-            if frame.f_code.co_filename.startswith(_FX_FRAME_PREFIX) and fx is None:
+            elif fx is None:  # _FX
                 fx = self._fx_node_info(frame)
                 if fx is not None and fx.source is not None:
                     return fx.source, fx
-            if not self._is_internal(frame):
-                path = frame.f_code.co_filename
-                line = frame.f_lineno
-                return SourceLocation(path, line, linecache.getline(path, line).strip()), fx
+            # generated or FX code without an answer: an internal frame, as before
             frame = frame.f_back
         return None, fx
+
+    def _location(self, code: Any, line: int) -> SourceLocation:
+        """The source line (cached: one object per code object and line)."""
+        key = (code, line)
+        location = self._locations.get(key)
+        if location is None:
+            path = code.co_filename
+            location = self._locations[key] = SourceLocation(path, line, linecache.getline(path, line).strip())
+        return location
 
     def _fx_node_info(self, frame: FrameType) -> FxNodeInfo | None:
         gm = frame.f_locals.get("self")
