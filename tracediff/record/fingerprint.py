@@ -42,7 +42,7 @@ def has_data(t: torch.Tensor) -> bool:
     return not torch._is_functional_tensor(t)
 
 
-def _as_real(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def as_real(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The tensor's real elements (complex as real and imaginary parts) in `dtype`
     (default: its accumulation dtype, see `accumulation_dtype`), flat; no copy
     when it already is that dtype and contiguous."""
@@ -91,7 +91,7 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
     if not has_data(t):
         return None
     with torch.no_grad():
-        x = _as_real(t)
+        x = as_real(t)
         n = x.numel()
         if n == 0:
             fp = empty_fingerprint()
@@ -103,7 +103,7 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
             if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
                 fp = from_stats([s, l1, sq, mx, 0, 0], n)
             else:
-                fp = _nonfinite_fingerprint(_as_real(t, torch.float64))
+                fp = _nonfinite_fingerprint(as_real(t, torch.float64))
         if exact:
             fp["hash"] = content_hash(t)
     return fp

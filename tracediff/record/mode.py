@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -19,7 +20,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.device_fingerprints import DeviceFingerprints
+from tracediff.record.fingerprint import fingerprint, has_data
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import SourceFinder
 from tracediff.trace.schema import KERNEL, OP, REGION
@@ -173,6 +175,10 @@ class TraceRecorder(TorchDispatchMode):
         self._op_info: dict[Any, _OpInfo] = {}
         self._dtype_names: dict[torch.dtype, str] = {}
         self._device_names: dict[torch.device, str] = {}
+        # CUDA fingerprints are computed on the device and read in batches; records
+        # that hold one wait here, in order, until it is filled (see _emit).
+        self.device_fingerprints: DeviceFingerprints | None = None
+        self._held: deque[tuple[dict[str, Any], int]] = deque()
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
     # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
@@ -213,7 +219,7 @@ class TraceRecorder(TorchDispatchMode):
                 fp = same_as
                 entry[1], entry[2] = version, fp
             else:
-                fp = fingerprint(t, exact=self.exact)
+                fp = self._fingerprint(t)
                 entry[1], entry[2] = version, fp
         dtype = t.dtype
         dtype_name = self._dtype_names.get(dtype)
@@ -225,6 +231,48 @@ class TraceRecorder(TorchDispatchMode):
             device_name = self._device_names[device] = str(device)
         return {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
                 "fp": fp}
+
+    def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
+        """On the host, or for a CUDA tensor a placeholder filled when its batch is read
+        (exact mode hashes bytes on the host, so it reads CUDA tensors at once)."""
+        if t.is_cuda and not self.exact and has_data(t):
+            if self.device_fingerprints is None:
+                self.device_fingerprints = DeviceFingerprints()
+            return self.device_fingerprints.submit(t)
+        return fingerprint(t, exact=self.exact)
+
+    # -- writing records -----------------------------------------------------------
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        """Write `record` now, or hold it (and every later one, to keep the order)
+        while a device fingerprint it may hold is still on its way."""
+        device = self.device_fingerprints
+        if device is not None and (self._held or device.pending):
+            self._held.append((record, device.submitted))
+            device.poll()
+            while self._held and self._held[0][1] <= device.resolved:
+                self.writer.write(self._held.popleft()[0])
+        else:
+            self.writer.write(record)
+
+    def finish(self) -> None:
+        """Wait for the device fingerprints and write every record held back for them.
+
+        If the device cannot be read any more (a kernel faulted), the missing
+        fingerprints are written as null: the records themselves still stand.
+        """
+        device = self.device_fingerprints
+        if device is None:
+            return
+        try:
+            device.finish()
+        except RuntimeError:
+            for record, _ in self._held:
+                for tensor in (*record.get("in", ()), *record.get("out", ())):
+                    if tensor.get("fp") == {}:
+                        tensor["fp"] = None
+        while self._held:
+            self.writer.write(self._held.popleft()[0])
 
     def _layout_view_fingerprint(self, info: _OpInfo, inputs: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The input's fingerprint for a layout-only view (not in exact mode: a hash depends on order)."""
@@ -324,7 +372,7 @@ class TraceRecorder(TorchDispatchMode):
             record["nfs"] = True  # e.g. masked_fill(mask, -inf): Inf on purpose, not a NaN origin
         if modules.in_backward:
             record["bw"] = True
-        self.writer.write(record)
+        self._emit(record)
         self._seq += 1
         self.ops += 1
 
@@ -344,7 +392,7 @@ class TraceRecorder(TorchDispatchMode):
         record.update(fuses=fuses, **{"in": inputs, "out": outputs})
         if self.modules.in_backward:
             record["bw"] = True
-        self.writer.write(record)
+        self._emit(record)
         self._seq += 1
 
     # -- compiled regions ----------------------------------------------------------
@@ -355,7 +403,7 @@ class TraceRecorder(TorchDispatchMode):
                   "d": self.modules.depth + len(self._regions), "m": self.modules.current or root,
                   "in": self.describe_tensors(inputs)}
         self._regions.append(root)
-        self.writer.write(record)
+        self._emit(record)
         self._seq += 1
 
     def region_exit(self, name: str, region: int, call: int, outputs: list[tuple[str, torch.Tensor]]) -> None:
@@ -363,7 +411,7 @@ class TraceRecorder(TorchDispatchMode):
             self._regions.pop()
         record = {"t": REGION, "i": self._seq, "ev": "exit", "name": name, "r": region, "call": call,
                   "d": self.modules.depth + len(self._regions), "out": self.describe_tensors(outputs)}
-        self.writer.write(record)
+        self._emit(record)
         self._seq += 1
 
     # -- lifetime ------------------------------------------------------------------

@@ -161,7 +161,10 @@ class RecordingSession:
             self.redirect.__exit__(exc_type, exc, tb)
             self._warnings.__exit__(exc_type, exc, tb)
             inductor_config.fallback_random = self._restore_fallback_random
-            self.writer.close(self.footer(exc))
+            try:
+                self.recorder.finish()  # records held for device fingerprints, also when the script raised
+            finally:
+                self.writer.close(self.footer(exc))
 
     def footer(self, exc: BaseException | None) -> dict[str, Any]:
         assert self.recorder and self.redirect

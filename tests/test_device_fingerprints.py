@@ -1,0 +1,127 @@
+"""Deferred (batched) fingerprints: the machinery CUDA recordings use, exercised on CPU tensors.
+
+On CUDA the statistics travel through pinned memory and events (tests/test_cuda.py);
+the batching, the placeholders and the recorder's held-back records are the same.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tracediff
+from tracediff.record.device_fingerprints import DeviceFingerprints
+from tracediff.record.fingerprint import fingerprint
+from tracediff.record.mode import TraceRecorder
+from tracediff.trace.reader import Trace, read_trace
+
+TENSORS = [
+    torch.randn(1000),
+    torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 2.0]),
+    torch.full((4,), float("nan")),
+    torch.arange(6, dtype=torch.int64),
+    torch.tensor([True, False, True]),
+    torch.tensor([1 + 2j, -3 - 4j], dtype=torch.complex64),
+    torch.empty(0, 3),
+    torch.ones(5, dtype=torch.bfloat16),
+    torch.randn(4, 6).t(),
+    torch.randn(300, dtype=torch.float64),
+]
+
+
+def _close(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if {k: a[k] for k in ("nan", "inf", "n")} != {k: b[k] for k in ("nan", "inf", "n")}:
+        return False
+    return all(math.isclose(a[k], b[k], rel_tol=1e-6, abs_tol=1e-6 * max(b["l1"], 1e-30)) for k in ("sum", "l1", "l2", "max"))
+
+
+def test_deferred_fingerprints_match_host_ones_after_the_batch_is_read() -> None:
+    device = DeviceFingerprints(batch=3, programs=4)
+    placeholders = [device.submit(t) for t in TENSORS]
+    nonempty = [t for t in TENSORS if t.numel()]
+    assert device.submitted == len(nonempty)
+    assert device.resolved == 0  # nothing read yet: full batches are sealed, read when polled
+    device.poll()
+    assert device.resolved == device.fetches * 3 == len(nonempty) // 3 * 3
+    device.finish()
+    assert device.resolved == device.submitted and not device.pending
+    for t, fp in zip(TENSORS, placeholders):
+        assert _close(fp, fingerprint(t)), (t, fp, fingerprint(t))
+
+
+def test_placeholder_is_empty_until_its_batch_is_read() -> None:
+    device = DeviceFingerprints(batch=2, programs=2, in_flight=8)
+    first = device.submit(torch.ones(3))
+    assert first == {} and device.pending
+    device.submit(torch.ones(3))  # fills the batch: sealed, and on CPU it is there at once
+    device.poll()
+    assert first["sum"] == 3.0 and first["n"] == 3
+
+
+class _DeferringRecorder(TraceRecorder):
+    """Sends CPU tensors down the device path, in small batches, to test the held-back records."""
+
+    def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
+        if self.exact:
+            return super()._fingerprint(t)
+        if self.device_fingerprints is None:
+            self.device_fingerprints = DeviceFingerprints(batch=4, programs=3, in_flight=2)
+        return self.device_fingerprints.submit(t)
+
+
+def _program(x: torch.Tensor, fail: bool = False) -> torch.Tensor:
+    w = torch.randn(8, 8)
+    h = torch.relu(x @ w)
+    h.mul_(2.0)  # in place: the input's value before, the new version after
+    h = h.t().contiguous()
+    for _ in range(5):
+        h = torch.tanh(h) + 1.0
+    if fail:
+        raise ValueError("boom")
+    return h.sum()
+
+
+def _record(path: Path, deferred: bool, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> None:
+    if deferred:
+        import importlib
+
+        monkeypatch.setattr(importlib.import_module("tracediff.record.session"), "TraceRecorder", _DeferringRecorder)
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    try:
+        with tracediff.record(path):
+            _program(x, fail)
+    except ValueError:
+        pass
+    monkeypatch.undo()
+
+
+def test_deferred_recording_writes_the_same_records_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _record(tmp_path / "host.jsonl", False, monkeypatch)
+    _record(tmp_path / "deferred.jsonl", True, monkeypatch)
+    _, host = read_trace(tmp_path / "host.jsonl")
+    _, deferred = read_trace(tmp_path / "deferred.jsonl")
+    assert [r["i"] for r in deferred] == list(range(len(deferred)))
+    assert [(r["op"], len(r["in"]), len(r["out"])) for r in deferred] == [(r["op"], len(r["in"]), len(r["out"])) for r in host]
+    compared = 0
+    for a, b in zip(host, deferred):
+        for ta, tb in zip(a["in"] + a["out"], b["in"] + b["out"]):
+            assert (ta["id"], ta["v"]) == (tb["id"], tb["v"])
+            assert (ta["fp"] is None) == (tb["fp"] is None)
+            if ta["fp"] is not None:
+                assert _close(tb["fp"], ta["fp"]), (a["op"], ta, tb)
+                compared += 1
+    assert compared > 20
+
+
+def test_deferred_records_are_written_when_the_script_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _record(tmp_path / "t.jsonl", True, monkeypatch, fail=True)
+    trace = Trace(tmp_path / "t.jsonl")
+    records = list(trace)
+    assert trace.failed and trace.failed["type"] == "ValueError"
+    assert sum(r["op"] == "aten::tanh" for r in records) == 5
+    assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])

@@ -1,0 +1,167 @@
+"""Fingerprints of accelerator tensors without a host sync per op.
+
+Reading a CUDA statistic on the host (`.tolist()`) waits for the GPU to finish
+everything queued before it, so a recorder that reads each fingerprint
+serializes the program: the CPU can no longer run ahead of the GPU. Here each
+fingerprint is computed on the device into one row of a batch buffer and the
+recorder gets an empty dict that is filled later. When a batch is full it is
+reduced on the device, copied to pinned host memory asynchronously and marked
+with a CUDA event; the rows are read once that event has passed, which by then
+it usually has, so the only waits left are a bounded number of batches in
+flight and the final one at the end of the recording.
+
+Per tensor: one Triton kernel (record/fingerprint_kernel.py) where Triton is
+installed, else a few torch reductions; both read the tensor once and write
+per-program partial statistics [sum, l1, sum of squares, max, nan, inf] over
+the finite elements, accumulated in float64. The batch reduction over the
+partials is done by torch in a fixed order, so a fingerprint is deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from tracediff.record.fingerprint import as_real, empty_fingerprint, from_stats
+
+# Fingerprints per batch (one device buffer, one host read) and batches read at most
+# this late: bounds the records held back in memory, and how often the CPU waits.
+BATCH = 512
+IN_FLIGHT = 4
+# Programs (partial rows) per fingerprint: enough to fill an H100/H200 for large tensors.
+PROGRAMS = 264
+_STATS = 6  # sum, l1, sum of squares, max, nan, inf
+
+
+@dataclass
+class _Sealed:
+    """A full batch whose statistics are on their way to the host."""
+
+    event: Any  # torch.cuda.Event recorded after the copy; None for CPU tensors
+    host: torch.Tensor  # [rows, 6] float64, pinned
+    slots: list[tuple[dict[str, Any], int]]  # (placeholder, element count) per row
+
+
+def _torch_partials(x: torch.Tensor, row: torch.Tensor) -> None:
+    """Statistics of flat float `x` into `row[0]` with torch ops (no Triton): no host sync."""
+    finite = torch.isfinite(x)
+    nan = torch.isnan(x).sum()
+    nonfinite = x.numel() - finite.sum()
+    v = torch.where(finite, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    norm = torch.linalg.vector_norm
+    l2 = norm(v, 2, dtype=torch.float64)
+    stats = torch.stack([v.sum(dtype=torch.float64), norm(v, 1, dtype=torch.float64), l2 * l2,
+                         norm(v, float("inf")).to(torch.float64), nan.to(torch.float64),
+                         (nonfinite - nan).to(torch.float64)])
+    row[0].copy_(stats)
+
+
+def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """The Triton kernel's launcher, or None without Triton (or when told to use torch ops)."""
+    if os.environ.get("TRACEDIFF_DEVICE_FINGERPRINT", "") == "torch":
+        return None
+    try:
+        from tracediff.record.fingerprint_kernel import launch
+    except ImportError:
+        return None
+    return launch
+
+
+class DeviceFingerprints:
+    """Deferred fingerprints of device tensors, fetched in batches.
+
+    `submit(t)` returns a dict that is filled with `t`'s fingerprint once its
+    batch is read; `resolved` counts the fingerprints filled so far, in
+    submission order (`submitted` all of them). `poll()` fills what has
+    arrived without waiting; `finish()` waits for everything.
+    """
+
+    def __init__(self, batch: int = BATCH, in_flight: int = IN_FLIGHT, programs: int = PROGRAMS) -> None:
+        self.batch = batch
+        self.in_flight = in_flight
+        self.programs = programs
+        self.submitted = 0
+        self.resolved = 0
+        self.fetches = 0  # batches read back: the host waits at most this often
+        self._launch = _kernel_launcher()
+        self._partials: torch.Tensor | None = None  # [batch, programs, 6] float64, zeros
+        self._device: torch.device | None = None
+        self._slots: list[tuple[dict[str, Any], int]] = []
+        self._sealed: deque[_Sealed] = deque()
+
+    @property
+    def uses_triton(self) -> bool:
+        return self._launch is not None
+
+    def submit(self, t: torch.Tensor) -> dict[str, Any]:
+        with torch.no_grad():
+            x = as_real(t)
+            n = x.numel()
+            if n == 0:
+                return empty_fingerprint()
+            if self._device is not None and x.device != self._device:
+                self.seal()  # one buffer per device
+            if self._partials is None:
+                self._device = x.device
+                self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
+            row = self._partials[len(self._slots)]
+            if (self._launch is not None and x.is_cuda and x.dtype in (torch.float32, torch.float64)
+                    and n < 2**31 - 2**24):
+                self._launch(x, row)
+            else:
+                _torch_partials(x, row)
+        placeholder: dict[str, Any] = {}
+        self._slots.append((placeholder, n))
+        self.submitted += 1
+        if len(self._slots) == self.batch:
+            self.seal()
+        return placeholder
+
+    def seal(self) -> None:
+        """Reduce the open batch on the device and start copying it to the host."""
+        if not self._slots:
+            return
+        assert self._partials is not None
+        with torch.no_grad():
+            p = self._partials[: len(self._slots)]
+            stats = torch.cat([p[:, :, 0:3].sum(1), p[:, :, 3:4].amax(1), p[:, :, 4:6].sum(1)], dim=1)
+            event = None
+            if stats.is_cuda:
+                host = torch.empty(stats.shape, dtype=torch.float64, pin_memory=True)
+                host.copy_(stats, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+            else:  # CPU tensors (tests): already there
+                host = stats
+        self._sealed.append(_Sealed(event, host, self._slots))
+        self._partials, self._slots, self._device = None, [], None
+        while len(self._sealed) > self.in_flight:
+            self._read_oldest()
+
+    def _read_oldest(self) -> None:
+        batch = self._sealed.popleft()
+        if batch.event is not None:
+            batch.event.synchronize()
+        for (placeholder, n), stats in zip(batch.slots, batch.host.tolist()):
+            placeholder.update(from_stats(stats, n))
+        self.resolved += len(batch.slots)
+        self.fetches += 1
+
+    def poll(self) -> None:
+        """Fill the fingerprints of every batch that has arrived, without waiting."""
+        while self._sealed and (self._sealed[0].event is None or self._sealed[0].event.query()):
+            self._read_oldest()
+
+    def finish(self) -> None:
+        """Wait for and fill every fingerprint submitted so far."""
+        self.seal()
+        while self._sealed:
+            self._read_oldest()
+
+    @property
+    def pending(self) -> bool:
+        return self.resolved < self.submitted
