@@ -21,6 +21,8 @@ Sections:
             bench/out/) diffed in fresh subprocesses: end to end, and phase by
             phase (skeletons, align, verdict) with a JSON-parsing breakdown.
   sequence  bench/bench_sequence.py (align_sequences alone on 1M keys); full run only.
+  cuda      bench/gpu.py: plain / tracediff / DebugMode on the GPU sizes, eager and
+            inductor, one process per config; skipped without CUDA.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ OUT = BENCH / "out"
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
-SECTIONS = ("overhead", "diff", "sequence")
+SECTIONS = ("overhead", "diff", "sequence", "cuda")
 CONFIGS = ("plain", "tracediff", "debugmode")
 
 
@@ -748,6 +750,19 @@ def table_sequence(res: dict[str, Any]) -> str:
 # -- main -------------------------------------------------------------------------------------------
 
 
+def section_cuda(quick: bool) -> dict[str, Any]:
+    """bench/gpu.py: eager and inductor on the GPU sizes; skipped without CUDA."""
+    import torch
+
+    import gpu
+
+    if not torch.cuda.is_available():
+        log("[cuda] no CUDA device: skipped")
+        return {"skipped": "No CUDA device on this machine: skipped (run on an NVIDIA GPU)."}
+    workloads = ["transformer", "train_step"] if quick else list(gpu.WORKLOADS)
+    return gpu.run_all(workloads, list(gpu.MODES), warmup=2 if quick else 3, reps=3 if quick else 10, timeout=600)
+
+
 def render(machine: dict[str, Any], results: dict[str, Any], command: str, wall: float) -> str:
     m = machine
     parts = [
@@ -773,6 +788,11 @@ def render(machine: dict[str, Any], results: dict[str, Any], command: str, wall:
         parts += ["", "## Diff at scale", "", table_diff(results["diff"])]
     if "sequence" in results:
         parts += ["", "## Aligner alone (bench/bench_sequence.py)", "", table_sequence(results["sequence"])]
+    if "cuda" in results:
+        import gpu
+
+        parts += ["", "## Recording overhead on CUDA (bench/gpu.py)", "",
+                  results["cuda"].get("skipped") or gpu.table(results["cuda"])]
     return "\n".join(parts) + "\n"
 
 
@@ -816,6 +836,7 @@ def main(argv: list[str] | None = None) -> int:
         "overhead": section_overhead,
         "diff": lambda quick: section_diff(quick, gc_check=args.gc_check),
         "sequence": section_sequence,
+        "cuda": section_cuda,
     }
     results: dict[str, Any] = {}
     failed: dict[str, str] = {}

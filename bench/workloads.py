@@ -1,7 +1,9 @@
-"""Benchmark workloads built in the repository: no downloads, seeded, CPU-sized.
+"""Benchmark workloads built in the repository: no downloads, seeded.
 
 Each workload is a zero-argument callable doing one unit of work (a forward, or a
-training step); `make(name)` builds the model and inputs and returns it.
+training step); `make(name)` builds the model and inputs and returns it. CPU sizes
+below; `make(name, device="cuda")` builds GPU sizes (GPU_* constants: GPT-2 small
+with 6 layers, seq 1024, batch 8; MLP batch 8192 width 4096; CNN batch 64 x 128 x 128).
 
     mlp          4-layer MLP forward, batch 64, 512 -> 1024 -> 1024 -> 1024 -> 10
     cnn          small CNN forward (3 conv-BN-ReLU blocks, pool, linear), batch 8 x 3 x 64 x 64
@@ -112,44 +114,57 @@ class SmallCNN(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _mlp() -> Callable[[], object]:
+# GPU sizes (bench/gpu.py): large enough that a plain call is bound by the GPU, as real runs are.
+GPU_GPT = GPTConfig(vocab=50304, seq=1024, d_model=768, heads=12, layers=6, batch=8)  # GPT-2 small, 6 layers
+GPU_MLP = (8192, 4096)  # batch, width
+GPU_CNN = (64, 128)  # batch, image side
+
+
+def _mlp(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    batch, width = (64, 1024) if device == "cpu" else GPU_MLP
     model = nn.Sequential(
-        nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-        nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10),
-    )
-    x = torch.randn(64, 512)
-    return lambda: model(x)
+        nn.Linear(512, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+        nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10),
+    ).to(device)
+    x = torch.randn(batch, 512, device=device)
+    run = torch.compile(model) if compiled else model
+    return lambda: run(x)
 
 
-def _cnn() -> Callable[[], object]:
-    model = SmallCNN()
-    x = torch.randn(8, 3, 64, 64)
-    return lambda: model(x)
+def _cnn(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    batch, side = (8, 64) if device == "cpu" else GPU_CNN
+    model = SmallCNN().to(device)
+    x = torch.randn(batch, 3, side, side, device=device)
+    run = torch.compile(model) if compiled else model
+    return lambda: run(x)
 
 
-def _gpt_inputs(cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    idx = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
-    targets = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
+def _gpt_inputs(cfg: GPTConfig, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    idx = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq)).to(device)
+    targets = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq)).to(device)
     return idx, targets
 
 
-def _transformer() -> Callable[[], object]:
-    cfg = GPTConfig()
-    model = GPT(cfg)
-    idx, _ = _gpt_inputs(cfg)
-    return lambda: model(idx)
+def _transformer(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    cfg = GPTConfig() if device == "cpu" else GPU_GPT
+    model = GPT(cfg).to(device)
+    idx, _ = _gpt_inputs(cfg, device)
+    run = torch.compile(model) if compiled else model
+    return lambda: run(idx)
 
 
-def _train_step() -> Callable[[], object]:
-    cfg = GPTConfig()
-    model = GPT(cfg)
-    idx, targets = _gpt_inputs(cfg)
-    # foreach=False: the per-parameter loop that AdamW runs on CPU by default anyway, stated explicitly.
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, foreach=False)
+def _train_step(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    cfg = GPTConfig() if device == "cpu" else GPU_GPT
+    model = GPT(cfg).to(device)
+    idx, targets = _gpt_inputs(cfg, device)
+    # foreach=False: the per-parameter loop that AdamW runs on CPU by default anyway, stated
+    # explicitly; on CUDA AdamW's default, foreach.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, foreach=None if device != "cpu" else False)
+    run = torch.compile(model) if compiled else model  # forward and backward compiled; the optimizer eager
 
     def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
-        logits = model(idx)
+        logits = run(idx)
         loss = F.cross_entropy(logits.view(-1, cfg.vocab), targets.view(-1))
         loss.backward()
         opt.step()
@@ -158,7 +173,7 @@ def _train_step() -> Callable[[], object]:
     return step
 
 
-_FACTORIES: dict[str, Callable[[], Callable[[], object]]] = {
+_FACTORIES: dict[str, Callable[..., Callable[[], object]]] = {
     "mlp": _mlp,
     "cnn": _cnn,
     "transformer": _transformer,
@@ -173,12 +188,13 @@ DESCRIPTIONS = {
 }
 
 
-def make(name: str, seed: int = 0) -> Callable[[], object]:
-    """Build workload `name` (seeded: same model and inputs every time)."""
+def make(name: str, seed: int = 0, device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    """Build workload `name` (seeded: same model and inputs every time); GPU sizes off the CPU;
+    `compiled`: the model goes through torch.compile (inductor), compiled at its first call."""
     if name not in _FACTORIES:
         raise KeyError(f"unknown workload {name!r}; known: {', '.join(NAMES)}")
     torch.manual_seed(seed)
-    return _FACTORIES[name]()
+    return _FACTORIES[name](device, compiled)
 
 
 def parameter_count(name: str) -> int | None:

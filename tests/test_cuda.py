@@ -72,3 +72,88 @@ def test_repro_of_a_fused_triton_kernel_reproduces_on_cuda(run_fixture, tmp_path
     on_cpu = subprocess.run([sys.executable, "repro.py", "--device", "cpu", "--backend", "eager"], cwd=tmp_path,
                             capture_output=True, text=True)
     assert on_cpu.returncode == 0, on_cpu.stdout + on_cpu.stderr
+
+
+def _mlp_on_cuda() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)).cuda()
+    return model, torch.randn(32, 64, device="cuda")
+
+
+def test_recording_makes_no_host_sync_per_op(tmp_path) -> None:
+    """Every fingerprint stays on the device until the session ends: torch's sync
+    debug mode, set to raise, sees no synchronizing call while ops are recorded."""
+    import tracediff
+    from tracediff.trace.reader import read_trace
+
+    model, x = _mlp_on_cuda()
+    model(x)
+    torch.cuda.synchronize()
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(10):
+                x = model(x).tanh()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        device = session.recorder.device_fingerprints
+        assert device is not None and device.submitted > 50
+        assert device.fetches == 0 and device.resolved == 0  # fewer than a batch: read only at the end
+    assert device.fetches == 1 and not device.pending
+    _, records = read_trace(tmp_path / "t.jsonl")
+    assert len(records) >= 50
+    assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])
+
+
+def test_fingerprints_are_read_in_batches(tmp_path) -> None:
+    """Thousands of ops: one read per batch of fingerprints, not one per op."""
+    import tracediff
+    from tracediff.record.device_fingerprints import BATCH
+    from tracediff.record.fingerprint import fingerprint
+
+    x = torch.randn(1000, device="cuda")
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        for _ in range(1500):
+            x = torch.sin(x) * 1.5
+        last = x.clone()
+    device = session.recorder.device_fingerprints
+    assert device.submitted >= 3000
+    assert device.fetches <= device.submitted // BATCH + 1
+    from tracediff.trace.reader import read_trace
+
+    _, records = read_trace(tmp_path / "t.jsonl")
+    recorded = records[-1]["out"][0]["fp"]
+    host = fingerprint(last.cpu())
+    assert recorded["n"] == host["n"] and recorded["nan"] == host["nan"] == 0
+    for key in ("sum", "l1", "l2", "max"):
+        assert abs(recorded[key] - host[key]) <= 1e-5 * host["l1"], key
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, float("nan"), float("inf"), -float("inf"), 2.0],
+    [float("nan")] * 3,
+    list(range(-5000, 5000)),
+])
+def test_triton_and_torch_device_fingerprints_agree(values) -> None:
+    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprint import fingerprint
+
+    t = torch.tensor(values, dtype=torch.float32, device="cuda")
+    triton_fps = DeviceFingerprints()
+    a = triton_fps.submit(t)
+    triton_fps.finish()
+    import os
+
+    os.environ["TRACEDIFF_DEVICE_FINGERPRINT"] = "torch"
+    try:
+        torch_fps = DeviceFingerprints()
+    finally:
+        del os.environ["TRACEDIFF_DEVICE_FINGERPRINT"]
+    b = torch_fps.submit(t)
+    torch_fps.finish()
+    host = fingerprint(t.cpu())
+    assert not torch_fps.uses_triton
+    for fp in (a, b):
+        assert (fp["nan"], fp["inf"], fp["n"]) == (host["nan"], host["inf"], host["n"])
+        for key in ("sum", "l1", "l2", "max"):
+            assert abs(fp[key] - host[key]) <= 1e-6 * max(host["l1"], 1.0), (key, fp, host)

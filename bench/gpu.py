@@ -1,0 +1,195 @@
+"""CUDA recording overhead: plain vs tracediff vs DebugMode with hashes, eager and inductor.
+
+    python bench/gpu.py                               # all workloads, eager and inductor
+    python bench/gpu.py --workloads transformer --modes eager --reps 5
+    python bench/run.py --only cuda                   # the same, as a `make bench` section
+
+Each (workload, mode, config) runs in a fresh process on the GPU sizes of
+bench/workloads.py (GPT-2 small with 6 layers, seq 1024, batch 8, ...), so
+compile caches, hooks and allocator state never leak between configs:
+
+- plain: no mode;
+- tracediff: one `tracediff.record(path)` session around warm-up and timed calls
+  (inductor compiles inside it, as under `tracediff run`, so its kernels are recorded);
+- debugmode: one `DebugMode()` + `DebugMode.log_tensor_hashes(hash_inputs=True)` around the same.
+
+A call is timed from its start to `torch.cuda.synchronize()` after it (what a
+training loop's `loss.item()` costs), median over the repetitions after
+`--warmup` calls (the first compiles). Peak GPU memory is
+`torch.cuda.max_memory_allocated()` over the timed calls. For tracediff the
+child also reports records per call, trace bytes per record (plain and gzip -9)
+and how many batches of fingerprints were read back (host waits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT))
+
+WORKLOADS = ("transformer", "train_step", "mlp", "cnn")
+MODES = ("eager", "inductor")
+CONFIGS = ("plain", "tracediff", "debugmode")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict[str, Any]:
+    import torch
+
+    import workloads
+
+    fn = workloads.make(workload, device="cuda", compiled=mode == "inductor")
+    tmp = Path(tempfile.mkdtemp(prefix="tracediff-gpu-"))
+    trace = tmp / "t.jsonl"
+    stack = contextlib.ExitStack()
+    session = dm = None
+    if config == "tracediff":
+        import tracediff
+
+        session = stack.enter_context(tracediff.record(trace))
+    elif config == "debugmode":
+        from torch.utils._debug_mode import DebugMode
+
+        dm = stack.enter_context(DebugMode())
+        stack.enter_context(DebugMode.log_tensor_hashes(hash_inputs=True))
+    times: list[float] = []
+    with stack:
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            fn()
+            torch.cuda.synchronize()
+        warm_s = time.perf_counter() - t0
+        records0 = session.writer.records + len(session.recorder._held) if session else 0
+        fetches0 = _fetches(session)
+        ops0 = len(dm.operators) if dm is not None else 0
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        peak = torch.cuda.max_memory_allocated()
+        result: dict[str, Any] = {}
+        if session is not None:
+            recorder = session.recorder
+            result["records_per_call"] = (recorder.writer.records + len(recorder._held) - records0) / reps
+            result["fetches_per_call"] = (_fetches(session) - fetches0) / reps
+            result["triton_fingerprints"] = bool(recorder.device_fingerprints and recorder.device_fingerprints.uses_triton)
+        if dm is not None:
+            result["debugmode_entries_per_call"] = (len(dm.operators) - ops0) / reps
+    if session is not None:
+        data = trace.read_bytes()
+        records = data.count(b"\n") - 2
+        result["trace_bytes_per_record"] = len(data) / max(records, 1)
+        result["trace_gzip_bytes_per_record"] = len(gzip.compress(data, compresslevel=9, mtime=0)) / max(records, 1)
+    result.update({
+        "workload": workload, "mode": mode, "config": config, "warmup": warmup, "reps": reps,
+        "warmup_s": warm_s, "median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+        "samples_ms": [round(t * 1e3, 3) for t in times], "peak_gpu_mib": peak / 2**20,
+    })
+    return result
+
+
+def _fetches(session: Any) -> int:
+    device = session.recorder.device_fingerprints if session is not None else None
+    return device.fetches if device is not None else 0
+
+
+def run_all(workloads: list[str], modes: list[str], warmup: int, reps: int, timeout: float) -> dict[str, Any]:
+    import torch
+
+    rows = []
+    for workload in workloads:
+        for mode in modes:
+            row: dict[str, Any] = {"workload": workload, "mode": mode}
+            for config in CONFIGS:
+                log(f"[cuda] {workload} / {mode} / {config} ...")
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, mode, config,
+                       "--warmup", str(warmup), "--reps", str(reps)]
+                t0 = time.perf_counter()
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+                except subprocess.TimeoutExpired:
+                    row[config] = {"error": f"timed out after {timeout:.0f} s"}
+                    log(f"[cuda]   timed out")
+                    continue
+                if proc.returncode != 0:
+                    row[config] = {"error": proc.stderr.strip().splitlines()[-1][:300] if proc.stderr.strip() else "failed"}
+                    log(f"[cuda]   failed: {proc.stderr[-2000:]}")
+                    continue
+                row[config] = json.loads(proc.stdout.strip().splitlines()[-1])
+                log(f"[cuda]   {row[config]['median_ms']:.2f} ms/call ({time.perf_counter() - t0:.0f} s)")
+            rows.append(row)
+    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows,
+            "warmup": warmup, "reps": reps}
+
+
+def table(res: dict[str, Any]) -> str:
+    out = [f"Device: {res['device']}, torch {res['torch']}; median ms per call (to `torch.cuda.synchronize()`), "
+           f"{res['reps']} timed calls after {res['warmup']} warm-up calls, one process per config.", "",
+           "| workload | mode | plain ms | tracediff ms | DebugMode ms | tracediff / plain | DebugMode / plain "
+           "| tracediff / DebugMode | peak GPU MiB: plain / tracediff / DebugMode | records per call "
+           "| fingerprint reads per call | trace bytes/record: jsonl / gz |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in res["rows"]:
+        p, t, d = (row.get(c, {}) for c in CONFIGS)
+        ms = lambda r: "err" if "median_ms" not in r else f"{r['median_ms']:.2f}"
+        ratio = lambda a, b: "-" if "median_ms" not in a or "median_ms" not in b else f"{a['median_ms'] / b['median_ms']:.2f}x"
+        mem = " / ".join("-" if "peak_gpu_mib" not in r else f"{r['peak_gpu_mib']:.0f}" for r in (p, t, d))
+        size = ("-" if "trace_bytes_per_record" not in t
+                else f"{t['trace_bytes_per_record']:.0f} / {t['trace_gzip_bytes_per_record']:.0f}")
+        out.append(f"| {row['workload']} | {row['mode']} | {ms(p)} | {ms(t)} | {ms(d)} | {ratio(t, p)} | {ratio(d, p)} "
+                   f"| {ratio(t, d)} | {mem} | {t.get('records_per_call', '-')} | {t.get('fetches_per_call', '-')} | {size} |")
+    errors = [f"- {row['workload']} / {row['mode']} / {c}: {row[c]['error']}" for row in res["rows"]
+              for c in CONFIGS if "error" in row.get(c, {})]
+    if errors:
+        out += ["", "Failed configs:", *errors]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per config process")
+    ap.add_argument("--out", type=Path, default=BENCH / "out" / "results-cuda.json")
+    ap.add_argument("--child", nargs=3, metavar=("WORKLOAD", "MODE", "CONFIG"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(*args.child, warmup=args.warmup, reps=args.reps)))
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        log("bench/gpu.py: no CUDA device; nothing measured")
+        return 0
+    res = run_all(args.workloads.split(","), args.modes.split(","), args.warmup, args.reps, args.timeout)
+    res["command"] = "python bench/gpu.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    text = table(res)
+    args.out.with_suffix(".md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
