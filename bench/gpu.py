@@ -13,6 +13,8 @@ compile caches, hooks and allocator state never leak between configs:
   (inductor compiles inside it, as under `tracediff run`, so its kernels are recorded);
 - debugmode: one `DebugMode()` + `DebugMode.log_tensor_hashes(hash_inputs=True)` around the same.
 
+'host ms' is the median time until the call returns (its GPU work may still be queued):
+when tracediff's host time exceeds plain's device time, recording is bound by the host.
 A call is timed from its start to `torch.cuda.synchronize()` after it (what a
 training loop's `loss.item()` costs), median over the repetitions after
 `--warmup` calls (the first compiles). Peak GPU memory is
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import gzip
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -69,6 +72,7 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
         dm = stack.enter_context(DebugMode())
         stack.enter_context(DebugMode.log_tensor_hashes(hash_inputs=True))
     times: list[float] = []
+    cpu_times: list[float] = []
     with stack:
         t0 = time.perf_counter()
         for _ in range(warmup):
@@ -82,6 +86,7 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
         for _ in range(reps):
             t0 = time.perf_counter()
             fn()
+            cpu_times.append(time.perf_counter() - t0)  # the host's part: GPU work may still be queued
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         peak = torch.cuda.max_memory_allocated()
@@ -101,9 +106,71 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
     result.update({
         "workload": workload, "mode": mode, "config": config, "warmup": warmup, "reps": reps,
         "warmup_s": warm_s, "median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
+        "host_ms": statistics.median(cpu_times) * 1e3,
         "samples_ms": [round(t * 1e3, 3) for t in times], "peak_gpu_mib": peak / 2**20,
     })
     return result
+
+
+def micro() -> dict[str, Any]:
+    """The fingerprint alone: device time of one fingerprint vs `x.sum()` (a lower bound: one read),
+    per kernel shape, and the host time of one `submit` (launch included)."""
+    import torch
+
+    from tracediff.record import fingerprint_kernel
+    from tracediff.record.device_fingerprints import DeviceFingerprints
+
+    def device_ms(f: Any, reps: int = 20) -> float:
+        f()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            f()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / reps
+
+    rows = []
+    for n in (2**20, 8 * 1024 * 768, 2**27):
+        x = torch.randn(n, device="cuda")
+        row: dict[str, Any] = {"n": n, "sum_ms": device_ms(lambda: x.sum())}
+        for programs in (264, 1056):
+            for block, warps in ((1024, 4), (2048, 8), (4096, 8)):
+                out = torch.zeros((programs, 6), dtype=torch.float64, device="cuda")
+                row[f"p{programs}_b{block}_w{warps}_ms"] = device_ms(
+                    lambda: fingerprint_kernel.launch(x, out, block=block, warps=warps))
+        row["GBps_sum"] = n * 4 / row["sum_ms"] / 1e6
+        rows.append(row)
+    host = {}
+    for name, env in (("triton", ""), ("torch", "torch")):
+        os.environ["TRACEDIFF_DEVICE_FINGERPRINT"] = env
+        fps = DeviceFingerprints()
+        x = torch.randn(1000, device="cuda")
+        for _ in range(100):
+            fps.submit(x)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            fps.submit(x)
+        host[f"submit_us_{name}"] = (time.perf_counter() - t0) / 2000 * 1e6
+        fps.finish()
+    y = torch.randn(1000, device="cuda")
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        torch.sin(y)
+    host["torch_sin_us"] = (time.perf_counter() - t0) / 2000 * 1e6
+    import tracediff
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with tracediff.record(Path(tmp) / "t.jsonl"):
+            for _ in range(100):
+                torch.sin(y)
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                torch.sin(y)
+            host["recorded_sin_us"] = (time.perf_counter() - t0) / 2000 * 1e6
+    return {"kernel": rows, "host": host}
 
 
 def _fetches(session: Any) -> int:
@@ -144,9 +211,9 @@ def table(res: dict[str, Any]) -> str:
     out = [f"Device: {res['device']}, torch {res['torch']}; median ms per call (to `torch.cuda.synchronize()`), "
            f"{res['reps']} timed calls after {res['warmup']} warm-up calls, one process per config.", "",
            "| workload | mode | plain ms | tracediff ms | DebugMode ms | tracediff / plain | DebugMode / plain "
-           "| tracediff / DebugMode | peak GPU MiB: plain / tracediff / DebugMode | records per call "
+           "| tracediff / DebugMode | host ms: plain / tracediff | peak GPU MiB: plain / tracediff / DebugMode | records per call "
            "| fingerprint reads per call | trace bytes/record: jsonl / gz |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in res["rows"]:
         p, t, d = (row.get(c, {}) for c in CONFIGS)
         ms = lambda r: "err" if "median_ms" not in r else f"{r['median_ms']:.2f}"
@@ -154,8 +221,9 @@ def table(res: dict[str, Any]) -> str:
         mem = " / ".join("-" if "peak_gpu_mib" not in r else f"{r['peak_gpu_mib']:.0f}" for r in (p, t, d))
         size = ("-" if "trace_bytes_per_record" not in t
                 else f"{t['trace_bytes_per_record']:.0f} / {t['trace_gzip_bytes_per_record']:.0f}")
+        host = " / ".join("-" if "host_ms" not in r else f"{r['host_ms']:.1f}" for r in (p, t))
         out.append(f"| {row['workload']} | {row['mode']} | {ms(p)} | {ms(t)} | {ms(d)} | {ratio(t, p)} | {ratio(d, p)} "
-                   f"| {ratio(t, d)} | {mem} | {t.get('records_per_call', '-')} | {t.get('fetches_per_call', '-')} | {size} |")
+                   f"| {ratio(t, d)} | {host} | {mem} | {t.get('records_per_call', '-')} | {t.get('fetches_per_call', '-')} | {size} |")
     errors = [f"- {row['workload']} / {row['mode']} / {c}: {row[c]['error']}" for row in res["rows"]
               for c in CONFIGS if "error" in row.get(c, {})]
     if errors:
@@ -172,7 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per config process")
     ap.add_argument("--out", type=Path, default=BENCH / "out" / "results-cuda.json")
     ap.add_argument("--child", nargs=3, metavar=("WORKLOAD", "MODE", "CONFIG"), help=argparse.SUPPRESS)
+    ap.add_argument("--micro", action="store_true", help="fingerprint kernel alone: device and host time")
     args = ap.parse_args(argv)
+    if args.micro:
+        print(json.dumps(micro(), indent=1))
+        return 0
     if args.child:
         print(json.dumps(child(*args.child, warmup=args.warmup, reps=args.reps)))
         return 0

@@ -60,15 +60,23 @@ def _torch_partials(x: torch.Tensor, row: torch.Tensor) -> None:
     row[0].copy_(stats)
 
 
-def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor, int], None] | None:
     """The Triton kernel's launcher, or None without Triton (or when told to use torch ops)."""
     if os.environ.get("TRACEDIFF_DEVICE_FINGERPRINT", "") == "torch":
         return None
     try:
-        from tracediff.record.fingerprint_kernel import launch
+        from tracediff.record.fingerprint_kernel import Launcher
     except ImportError:
         return None
-    return launch
+    return Launcher()
+
+
+def _flat_real(t: torch.Tensor) -> torch.Tensor:
+    """`as_real(t)` (flattened), or for the common case, a contiguous float32/float64 tensor, `t`
+    itself: the kernel reads it as flat memory, so the views and checks would only cost host time."""
+    if t.dtype in (torch.float32, torch.float64) and t.is_contiguous() and not t.is_neg():
+        return t
+    return as_real(t)
 
 
 class DeviceFingerprints:
@@ -99,7 +107,7 @@ class DeviceFingerprints:
 
     def submit(self, t: torch.Tensor) -> dict[str, Any]:
         with torch.no_grad():
-            x = as_real(t)
+            x = _flat_real(t)
             n = x.numel()
             if n == 0:
                 return empty_fingerprint()
@@ -108,12 +116,12 @@ class DeviceFingerprints:
             if self._partials is None:
                 self._device = x.device
                 self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
-            row = self._partials[len(self._slots)]
+            slot = len(self._slots)
             if (self._launch is not None and x.is_cuda and x.dtype in (torch.float32, torch.float64)
                     and n < 2**31 - 2**24):
-                self._launch(x, row)
+                self._launch(x, self._partials, slot)
             else:
-                _torch_partials(x, row)
+                _torch_partials(x.reshape(-1), self._partials[slot])
         placeholder: dict[str, Any] = {}
         self._slots.append((placeholder, n))
         self.submitted += 1

@@ -26,6 +26,7 @@ import math
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n")
 
@@ -35,8 +36,6 @@ def has_data(t: torch.Tensor) -> bool:
     if t.is_meta or t.device.type == "meta":
         return False
     # FakeTensor and other wrapper subclasses carry no storage we may read.
-    from torch._subclasses.fake_tensor import FakeTensor
-
     if isinstance(t, FakeTensor):
         return False
     return not torch._is_functional_tensor(t)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils.weak import WeakTensorKeyDictionary
 
@@ -55,8 +56,6 @@ def op_name(func: Any) -> str:
 
 
 def _is_fake_context(args: Iterable[Any]) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-
     if isinstance(_get_current_dispatch_mode(), FakeTensorMode):
         return True
     return any(isinstance(a, FakeTensor) for a in args)

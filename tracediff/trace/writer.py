@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 from pathlib import Path
 from typing import IO, Any
@@ -26,14 +25,9 @@ def _open_for_write(path: Path) -> IO[bytes]:
     return open(path, "wb")
 
 
-def _has_nonfinite_statistic(record: dict[str, Any]) -> bool:
-    """A fingerprint statistic that overflowed float64 (the only non-finite floats in a record)."""
-    for key in ("in", "out"):
-        for tensor in record.get(key) or ():
-            fp = tensor.get("fp") if isinstance(tensor, dict) else None
-            if fp and not all(math.isfinite(fp.get(k, 0.0)) for k in ("sum", "l1", "l2", "max")):
-                return True
-    return False
+# How orjson writes a fingerprint statistic that overflowed float64 (the only non-finite
+# floats in a record): json writes those as Infinity/NaN, which the reader parses.
+_NULL_STATISTICS = (b'"sum":null', b'"l1":null', b'"l2":null', b'"max":null')
 
 
 class TraceWriter:
@@ -56,7 +50,7 @@ class TraceWriter:
             line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
         except orjson.JSONEncodeError:  # e.g. an integer past 64 bits in the header
             line = b"null"
-        if b"null" in line and (line == b"null" or _has_nonfinite_statistic(obj)):
+        if line == b"null" or (b":null" in line and any(null in line for null in _NULL_STATISTICS)):
             line = (self._json(obj) + "\n").encode("utf-8")
         self._file.write(line)
 
