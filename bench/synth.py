@@ -294,8 +294,11 @@ def generate(out_dir: str | Path, n: int, edits: int = 400, seed: int = 1234, la
 
 
 def cached(root: str | Path, n: int, edits: int = 400, seed: int = 1234, progress: Any = None) -> tuple[Path, dict[str, Any]]:
-    """The trace pair for (VERSION, n, edits, seed) under root, generated on first use."""
-    out = Path(root) / f"{VERSION}-n{n}-e{edits}-s{seed}"
+    """The trace pair for (VERSION, trace schema, n, edits, seed) under root, generated on first use
+    (a schema change makes old cached pairs unreadable, so it is part of the key)."""
+    from tracediff.trace.schema import SCHEMA_VERSION
+
+    out = Path(root) / f"{VERSION}-schema{SCHEMA_VERSION}-n{n}-e{edits}-s{seed}"
     meta_path = out / "meta.json"
     if meta_path.exists() and (out / "a.jsonl").exists() and (out / "b.jsonl").exists():
         meta = json.loads(meta_path.read_text())

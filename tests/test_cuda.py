@@ -161,3 +161,23 @@ def test_triton_and_torch_device_fingerprints_agree(values) -> None:
         assert (fp["nan"], fp["inf"], fp["n"]) == (host["nan"], host["inf"], host["n"])
         for key in ("sum", "l1", "l2", "max"):
             assert abs(fp[key] - host[key]) <= 1e-6 * max(host["l1"], 1.0), (key, fp, host)
+
+
+def test_fingerprint_kernel_is_launched_directly_after_the_first_time() -> None:
+    """The host cost per fingerprint is what limits CUDA recording: the JIT's launch path is taken
+    once per specialization, then the compiled kernel is called directly (no fallback taken)."""
+    from unittest import mock
+
+    from tracediff.record import fingerprint_kernel
+
+    launcher = fingerprint_kernel.Launcher()
+    out = torch.zeros((4, 8, 6), dtype=torch.float64, device="cuda")
+    x = torch.randn(5000, device="cuda")
+    launcher(x, out, 0)
+    with mock.patch.object(fingerprint_kernel, "_partial_stats") as jit:
+        launcher(x, out, 1)
+        launcher(x, out, 2)
+    assert not jit.mock_calls and launcher._direct
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
+    assert out[0, :, 0].sum().item() == pytest.approx(x.double().sum().item(), rel=1e-9, abs=1e-9)

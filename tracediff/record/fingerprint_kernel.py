@@ -59,6 +59,16 @@ def _partial_stats(x_ptr, n, step, out_ptr, first, BLOCK: tl.constexpr):
     tl.store(base + 5, tl.sum(infs, 0))
 
 
+def _launch_hooks_active() -> bool:
+    """Whether a profiler hooked Triton's launches (then launch through the JIT, which feeds them).
+    Triton 3.4+ keeps the hooks in (empty) HookChains; older versions in None-or-callable attributes."""
+    runtime = triton.knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
 class Launcher:
     """Launches `_partial_stats`; compiled kernels kept per specialization (dtype, alignment, n)."""
 
@@ -77,11 +87,11 @@ class Launcher:
         # What Triton specializes a compiled kernel on: pointer alignment, n's divisibility and n == 1.
         key = (x.dtype, x.data_ptr() % 16 == 0, n % 16 == 0, n == 1)
         kernel = self._compiled.get(key) if self._direct else None
-        if kernel is not None and triton.knobs.runtime.launch_enter_hook is None:
+        if kernel is not None and not _launch_hooks_active():
             try:
                 stream = triton.runtime.driver.active.get_current_stream(x.device.index)
-                kernel.run(programs, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None,
-                           triton.knobs.runtime.launch_exit_hook, x, n, step, out, first, self.block)
+                kernel.run(programs, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                           x, n, step, out, first, self.block)
                 return
             except Exception:  # noqa: BLE001 - another Triton's launcher signature: take the JIT path
                 self._direct = False
