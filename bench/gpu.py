@@ -194,7 +194,7 @@ def run_all(workloads: list[str], modes: list[str], warmup: int, reps: int, time
                     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
                 except subprocess.TimeoutExpired:
                     row[config] = {"error": f"timed out after {timeout:.0f} s"}
-                    log(f"[cuda]   timed out")
+                    log("[cuda]   timed out")
                     continue
                 if proc.returncode != 0:
                     row[config] = {"error": proc.stderr.strip().splitlines()[-1][:300] if proc.stderr.strip() else "failed"}

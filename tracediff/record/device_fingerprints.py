@@ -15,6 +15,8 @@ installed, else a few torch reductions; both read the tensor once and write
 per-program partial statistics [sum, l1, sum of squares, max, nan, inf] over
 the finite elements, accumulated in float64. The batch reduction over the
 partials is done by torch in a fixed order, so a fingerprint is deterministic.
+All device work goes to the current stream, which is where the program's
+ops run unless it juggles streams itself.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class DeviceFingerprints:
         return self._launch is not None
 
     def submit(self, t: torch.Tensor) -> dict[str, Any]:
+        """Start `t`'s fingerprint on its device (work queued on the current stream);
+        the returned dict is filled when the batch is read (an empty tensor's at once)."""
         with torch.no_grad():
             x = _flat_real(t)
             n = x.numel()
