@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tracediff.errors import TraceFormatError, UserError
-from tracediff.trace.reader import Trace, iter_records, read_trace
+from tracediff.trace.reader import Trace, iter_records, read_footer, read_trace
 from tracediff.trace.schema import SCHEMA_VERSION
 from tracediff.trace.writer import TraceWriter
 
@@ -352,3 +352,21 @@ def test_flushed_records_readable_while_writer_is_open(tmp_path: Path, name: str
         assert records == [_op(i) for i in range(len(records))]
     finally:
         writer.abandon()
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+def test_footer_read_without_the_records_matches_a_full_read(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    _write(path, [_op(i) for i in range(50)], {"ops": 50, "local_modules": [{"name": "m", "file": "m.py"}]})
+    trace, _ = _read(path)
+    assert read_footer(path) == trace.footer
+    assert read_footer(path)["local_modules"] == [{"name": "m", "file": "m.py"}]
+
+
+def test_footer_of_a_cut_off_trace_is_none(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    _write(path, [_op(i) for i in range(50)])
+    data = path.read_bytes()
+    for cut in (data[: len(data) // 2], data[:-20]):  # mid-records; mid-footer
+        path.write_bytes(cut)
+        assert read_footer(path) is None

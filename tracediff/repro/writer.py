@@ -29,7 +29,7 @@ from tracediff.errors import ExitCode, UserError
 from tracediff.repro.capture import CAPTURE_FORMAT
 from tracediff.repro.script import InputName, ReproSpec, render_script
 from tracediff.run.launcher import record_in_subprocess
-from tracediff.trace.reader import Trace
+from tracediff.trace.reader import Trace, read_footer
 from tracediff.trace.schema import OP
 
 SCRIPT_NAME = "repro.py"
@@ -247,12 +247,9 @@ def copy_local_modules(divergence: Divergence, out_dir: Path) -> list[str]:
     """Copy the script's own modules (as the compiled run imported them) beside the repro; their names."""
     names: list[str] = []
     for trace_path in (divergence.trace_b, divergence.trace_a):
-        trace = Trace(trace_path)
-        for _ in trace:
-            pass
-        header = trace.header
+        header = Trace(trace_path).header
         script_dir = Path(header.get("cwd") or ".") / Path((header.get("command") or ["."])[0]).parent
-        for module in (trace.footer or {}).get("local_modules") or []:
+        for module in (read_footer(trace_path) or {}).get("local_modules") or []:
             source = script_dir / module["file"]
             if module["name"] in names or not source.is_file():
                 continue

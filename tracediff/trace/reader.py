@@ -128,3 +128,33 @@ def read_trace(path: str | Path) -> tuple[Trace, list[dict[str, Any]]]:
 def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """Records of a trace file, streamed."""
     yield from Trace(path)
+
+
+_FOOTER_TAIL_BYTES = 1 << 20  # a footer is a few KB (its traceback is capped at 8000 characters)
+
+
+def read_footer(path: str | Path) -> dict[str, Any] | None:
+    """The footer, without parsing the records: the last line of a plain file.
+
+    A gzip file has no cheap end, so it is read through. None when the trace
+    has no footer (cut off).
+    """
+    trace = Trace(path)  # validates the header: a bad file fails the same way everywhere
+    with open(trace.path, "rb") as probe:
+        compressed = probe.read(2) == _GZIP_MAGIC
+    if compressed:
+        for _ in trace:
+            pass
+        return trace.footer
+    with open(trace.path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(max(0, size - _FOOTER_TAIL_BYTES))
+        tail = f.read().splitlines()
+    for line in reversed(tail):
+        if line.strip():
+            try:
+                record = parse_line(line.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return None  # half-written last line: cut off
+            return record if isinstance(record, dict) and record.get("t") == FOOTER else None
+    return None
