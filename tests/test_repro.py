@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import FIXTURES, Result, invoke, marker_line
+from tests.conftest import Result, invoke, marker_line
 from tracediff.errors import UserError
 from tracediff.repro.capture import ArgumentCapture
 from tracediff.repro.script import InputName, ReproSpec, render_script, render_value
