@@ -20,7 +20,7 @@ import torch
 from tests.conftest import Result, invoke, marker_line
 from tracediff.errors import UserError
 from tracediff.repro.capture import ArgumentCapture
-from tracediff.repro.script import InputName, ReproSpec, render_script, render_value
+from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script, render_value
 
 DEMO_BACKENDS = "eager,wrong_decomposition:wrong_cos_backend"
 
@@ -30,8 +30,8 @@ DEMO_BACKENDS = "eager,wrong_decomposition:wrong_cos_backend"
 
 def test_argument_values_render_as_python() -> None:
     assert render_value(InputName("x0")) == "x0"
-    assert render_value(("__ref__", 7, None)) == "v7"
-    assert render_value(("__ref__", 7, 1)) == "v7[1]"
+    assert render_value(OutputRef(7, None)) == "v7"
+    assert render_value(OutputRef(7, 1)) == "v7[1]"
     assert render_value([1, -2.5, True, None]) == "[1, -2.5, True, None]"
     assert render_value((3,)) == "(3,)"
     assert render_value(float("-inf")) == '-float("inf")'
@@ -50,14 +50,14 @@ def test_capture_keeps_dataflow_between_captured_ops_and_copies_the_rest() -> No
     assert torch.equal(kept[0][0], x) and kept[0][0] is not x  # a copy: later in-place ops can't change it
     y = torch.sin(x)
     capture.add(0, torch.ops.aten.sin.default, kept[0], {}, y)
-    assert capture.keep_arguments((y,)) == (("__ref__", 0, None),)
+    assert capture.keep_arguments((y,)) == (OutputRef(0, None),)
     y.add_(1)  # written after it was produced: now a value, not a reference
     assert isinstance(capture.keep_arguments((y,))[0], torch.Tensor)
 
 
 def test_rendered_script_computes_the_chain(tmp_path: Path) -> None:
     ops = [{"index": 3, "op": "aten.mul.Tensor", "args": (InputName("x0"), 2.0), "kwargs": {}},
-           {"index": 4, "op": "aten.add.Tensor", "args": (("__ref__", 3, None), InputName("x1")), "kwargs": {"alpha": 3}}]
+           {"index": 4, "op": "aten.add.Tensor", "args": (OutputRef(3, None), InputName("x1")), "kwargs": {"alpha": 3}}]
     spec = ReproSpec(ops=ops, input_names=["x0", "x1"], backend="eager", local_modules=[], fallback_random=False,
                      rtol=1e-4, atol=1e-6, title="aten::add at t.py:1", returns=["v4"])
     namespace: dict = {"__name__": "repro_under_test", "__file__": str(tmp_path / "repro.py")}

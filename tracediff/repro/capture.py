@@ -9,26 +9,16 @@ instead of a copy, so the repro replays the chain's dataflow, not just values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 from tracediff.record.mode import TraceRecorder
+from tracediff.repro.script import OutputRef
 from tracediff.trace.writer import TraceWriter
 
 CAPTURE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class OutputRef:
-    """Output `position` (None: the whole result) of the captured op recorded at `index`."""
-
-    index: int
-    position: int | None
-
-    def as_tuple(self) -> tuple[str, int, int | None]:
-        return ("__ref__", self.index, self.position)
 
 
 def _qualified_name(func: Any) -> str:
@@ -51,17 +41,13 @@ class ArgumentCapture:
 
     def keep_arguments(self, args: Any) -> Any:
         """`args` with each tensor cloned (or replaced by an OutputRef), other values as they are."""
-        if isinstance(args, torch.Tensor):
-            known = self._produced.get(id(args))
-            if known is not None and known[0] is args and args._version == known[1]:
-                return known[2].as_tuple()
-            return args.detach().clone()
-        if isinstance(args, (list, tuple)):
-            kept = [self.keep_arguments(a) for a in args]
-            return kept if isinstance(args, list) else tuple(kept)
-        if isinstance(args, dict):
-            return {k: self.keep_arguments(v) for k, v in args.items()}
-        return args
+        return tree_map_only(torch.Tensor, self._keep_tensor, args)
+
+    def _keep_tensor(self, t: torch.Tensor) -> torch.Tensor | OutputRef:
+        known = self._produced.get(id(t))
+        if known is not None and known[0] is t and t._version == known[1]:
+            return known[2]
+        return t.detach().clone()
 
     def add(self, index: int, func: Any, args: Any, kwargs: Any, result: Any) -> None:
         self.ops.append({"index": index, "op": _qualified_name(func), "args": args, "kwargs": kwargs})

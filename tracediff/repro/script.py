@@ -37,13 +37,20 @@ class InputName(str):
     """A tensor argument that comes from inputs.pt (rendered as a bare name)."""
 
 
+@dataclass(frozen=True)
+class OutputRef:
+    """A tensor argument that is output `position` (None: the whole result) of the replayed op recorded at `index`."""
+
+    index: int
+    position: int | None
+
+
 def render_value(value: Any) -> str:
     """Python source for one argument value as the op received it."""
     if isinstance(value, InputName):
         return str(value)
-    if isinstance(value, tuple) and len(value) == 3 and value[0] == "__ref__":
-        _, index, position = value
-        return f"v{index}" if position is None else f"v{index}[{position}]"
+    if isinstance(value, OutputRef):
+        return f"v{value.index}" if value.position is None else f"v{value.index}[{value.position}]"
     if value is None or isinstance(value, (bool, int, str)):
         return repr(value)
     if isinstance(value, float):

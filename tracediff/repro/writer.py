@@ -18,16 +18,18 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.errors import ExitCode, UserError
 from tracediff.repro.capture import CAPTURE_FORMAT
-from tracediff.repro.script import InputName, ReproSpec, render_script
+from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script
 from tracediff.run.launcher import record_in_subprocess
 from tracediff.trace.reader import Trace, read_footer
 from tracediff.trace.schema import OP
@@ -44,6 +46,32 @@ class Divergence:
     trace_a: Path
     trace_b: Path
     run_dir: Path | None
+
+    # Read when first needed, not on load: a failed run's trace may have no header to read.
+    @cached_property
+    def header_a(self) -> dict[str, Any]:
+        return Trace(self.trace_a).header
+
+    @cached_property
+    def header_b(self) -> dict[str, Any]:
+        return Trace(self.trace_b).header
+
+
+def _fallback_random(header: dict[str, Any]) -> bool | None:
+    """Whether a recorded run had inductor call eager's random ops."""
+    return (header.get("settings") or {}).get("inductor", {}).get("fallback_random")
+
+
+def records_at(path: Path, indices: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The records of a trace with these indices, read up to the last of them."""
+    wanted = set(indices)
+    found: dict[int, dict[str, Any]] = {}
+    for record in Trace(path):
+        if record.get("i") in wanted:
+            found[record["i"]] = record
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 def load_divergence(paths: list[str], config: Config) -> Divergence:
@@ -92,13 +120,7 @@ def ops_to_replay(divergence: Divergence) -> list[dict[str, Any]]:
         raise UserError("the first difference is structural (a record present in one run only), "
                         "not a value divergence: there is no op to replay")
     wanted = {c["index"] for c in first.get("candidates") or [] if c.get("index") is not None} or {first["index"]}
-    found: dict[int, dict[str, Any]] = {}
-    last = max(wanted)
-    for record in Trace(divergence.trace_a):
-        if record.get("i") in wanted:
-            found[record["i"]] = record
-        if record.get("i", -1) >= last:
-            break
+    found = records_at(divergence.trace_a, wanted)
     ops = [found[i] for i in sorted(found) if found[i].get("t") == OP]
     if not ops:
         raise UserError(f"the first divergence (record #{first['index']}) is a compiled region or kernel of the "
@@ -109,7 +131,7 @@ def ops_to_replay(divergence: Divergence) -> list[dict[str, Any]]:
 def capture_arguments(divergence: Divergence, records: list[dict[str, Any]], config: Config, work: Path,
                       echo: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[str]]:
     """Re-run the reference and return the captured ops plus notes on how faithful the re-run was."""
-    header = Trace(divergence.trace_a).header
+    header = divergence.header_a
     command = header.get("command") or []
     cwd = header.get("cwd") or "."
     if not command:
@@ -126,7 +148,7 @@ def capture_arguments(divergence: Divergence, records: list[dict[str, Any]], con
     run = record_in_subprocess(
         script, command[1:], backend=None if backend == "as-written" else backend, trace=trace,
         seed=header.get("seed"), exact=bool(header.get("exact")),
-        fallback_random=(header.get("settings") or {}).get("inductor", {}).get("fallback_random"),
+        fallback_random=_fallback_random(header),
         timeout=config.timeout, echo=echo, materialize=bool(header.get("materialized")), cwd=cwd,
         child_options=["--capture", ",".join(map(str, indices)), "--capture-out", str(captured_path)],
     )
@@ -146,14 +168,10 @@ def capture_arguments(divergence: Divergence, records: list[dict[str, Any]], con
 
 def _compare_rerun(records: list[dict[str, Any]], rerun_trace: Path, config: Config) -> list[str]:
     """Notes where the re-run's records differ from the recorded ones (a nondeterministic script)."""
-    wanted = {r["i"]: r for r in records}
     notes: list[str] = []
-    for record in Trace(rerun_trace):
-        original = wanted.pop(record.get("i"), None)
-        if original is None:
-            if not wanted:
-                break
-            continue
+    rerun = records_at(rerun_trace, (r["i"] for r in records))
+    for original in records:
+        record = rerun[original["i"]]  # the capture saw every index, so the re-run recorded it
         if record.get("op") != original.get("op"):
             raise ReproRunFailed(f"the re-run recorded {record.get('op')} at #{record['i']} where the trace has "
                                  f"{original.get('op')}: the script does not run the same way twice")
@@ -175,29 +193,22 @@ def build_spec(divergence: Divergence, records: list[dict[str, Any]], ops: list[
     """Name the captured tensors, decide what `program` returns, and describe the divergence."""
     inputs: dict[str, torch.Tensor] = {}
 
-    def name_tensors(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            name = InputName(f"x{len(inputs)}")
-            inputs[name] = value
-            return name
-        if isinstance(value, list):
-            return [name_tensors(v) for v in value]
-        if isinstance(value, tuple) and not (len(value) == 3 and value[0] == "__ref__"):
-            return tuple(name_tensors(v) for v in value)
-        if isinstance(value, dict):
-            return {k: name_tensors(v) for k, v in value.items()}
-        return value
+    def name_tensor(t: torch.Tensor) -> InputName:
+        name = InputName(f"x{len(inputs)}")
+        inputs[name] = t
+        return name
 
-    named = [dict(op, args=name_tensors(op["args"]), kwargs=name_tensors(op["kwargs"])) for op in ops]
-    consumed = _referenced(named)
+    named = [dict(op, args=tree_map_only(torch.Tensor, name_tensor, op["args"]),
+                  kwargs=tree_map_only(torch.Tensor, name_tensor, op["kwargs"])) for op in ops]
+    consumed = {leaf.index for op in named for leaf in tree_leaves((op["args"], op["kwargs"]))
+                if isinstance(leaf, OutputRef)}
     returns = [f"v{op['index']}" for op in named if op["index"] not in consumed]
     by_index = {r["i"]: r for r in records}
     comments = {i: f"{r.get('src') or '?'}  {(r.get('code') or '').strip()}".rstrip() for i, r in by_index.items()}
 
     first = divergence.report["first_divergence"]
     rtol, atol = _tolerance(first, records[-1], config)
-    header_b = Trace(divergence.trace_b).header
-    fallback_random = bool((header_b.get("settings") or {}).get("inductor", {}).get("fallback_random"))
+    fallback_random = bool(_fallback_random(divergence.header_b))
     context = [f"Recorded: {first['op']} at {first.get('source')}"
                + (f" in module {first['module']}" if first.get("module") else "")
                + (f", rel diff {first['rel_diff']:.3g}" if first.get("rel_diff") is not None else "") + ".",
@@ -213,26 +224,6 @@ def build_spec(divergence: Divergence, records: list[dict[str, Any]], ops: list[
     return spec, inputs
 
 
-def _referenced(ops: list[dict[str, Any]]) -> set[int]:
-    """Indices of captured ops whose outputs a later captured op reads."""
-    found: set[int] = set()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, tuple) and len(value) == 3 and value[0] == "__ref__":
-            found.add(value[1])
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-
-    for op in ops:
-        walk(op["args"])
-        walk(op["kwargs"])
-    return found
-
-
 def _tolerance(first: dict[str, Any], record: dict[str, Any], config: Config) -> tuple[float, float]:
     """The tolerance the divergence was judged by (the report says), else the config's for the output."""
     judged = (first.get("tensor") or {}).get("tolerance")
@@ -246,8 +237,7 @@ def _tolerance(first: dict[str, Any], record: dict[str, Any], config: Config) ->
 def copy_local_modules(divergence: Divergence, out_dir: Path) -> list[str]:
     """Copy the script's own modules (as the compiled run imported them) beside the repro; their names."""
     names: list[str] = []
-    for trace_path in (divergence.trace_b, divergence.trace_a):
-        header = Trace(trace_path).header
+    for trace_path, header in ((divergence.trace_b, divergence.header_b), (divergence.trace_a, divergence.header_a)):
         script_dir = Path(header.get("cwd") or ".") / Path((header.get("command") or ["."])[0]).parent
         for module in (read_footer(trace_path) or {}).get("local_modules") or []:
             source = script_dir / module["file"]
@@ -301,8 +291,7 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
                         "a run failed, so there is no divergence to reproduce: " + (reasons[0] if reasons else "see the report"))
 
     records = ops_to_replay(divergence)
-    header_b = Trace(divergence.trace_b).header
-    backend = backend or header_b.get("backend")
+    backend = backend or divergence.header_b.get("backend")
     if not backend or backend == "as-written":
         raise UserError("the compared trace does not name its backend (recorded as written): pass --backend")
     target = Path(out_dir) if out_dir else (divergence.run_dir or Path(".tracediff")) / "repro"
