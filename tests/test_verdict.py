@@ -178,3 +178,29 @@ def test_same_shape_ops_in_another_order_are_no_divergence(tmp_path: Path) -> No
         b.op("aten::mul.Tensor", [b.tensor("x", X)], [b.tensor(name, value, "0")], src="m.py:9")
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_rounded_fingerprints_that_collide_do_not_pair_different_ops(tmp_path: Path) -> None:
+    """HF BERT under inductor: a softmax and B's dropout after it both sum to the row count.
+
+    Their rounded (sum, l1) keys are equal, so the value tier paired two different values;
+    the verdict must not call that a divergence when the program's output agrees.
+    """
+    x = torch.linspace(-2, 2, 2 * 4 * 16 * 16).reshape(2, 4, 16, 16)
+    s = torch.softmax(x, dim=-1)
+    d = s.clone().flatten()
+    top, other = int(d.argmax()), int(d.argmin() + 1)
+    shift = 0.1 * float(d[top])
+    d[top] += shift  # same sum and l1 as the softmax, a 10% larger max
+    d[other] -= shift
+    d = d.reshape(s.shape)
+    assert round(float(d.sum()), 2) == round(float(s.sum()), 2) and float(d.min()) >= 0
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    for builder in (a, b):
+        builder.region("enter", [builder.tensor("x", x, "in0")])
+    a.op("aten::_safe_softmax", [a.tensor("x", x)], [a.tensor("s", s, "0")], src="m.py:3")
+    b.op("aten::native_dropout", [b.tensor("x", x, "input")], [b.tensor("d", d, "0")], src="m.py:4")
+    for builder in (a, b):
+        builder.region("exit", [builder.tensor("s", s, "out0")])
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tracediff.config import Config, Tolerance
-from tracediff.diff.align import SHAPE_TIER
+from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
@@ -366,10 +366,17 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if sample is not None:
                 sample.pair(ra, rb, None, UNCHECKED)
             continue
-        result.compared += 1
-
         rels: list[float] | None = [] if sample is not None else None
         out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True, rels=rels)
+        if out_diffs and tier[alignable_index] == VALUE_TIER and not _same_op(ra, rb):
+            # Different ops paired only because their rounded fingerprints collided (a softmax
+            # and the dropout after it both sum to the row count): not the same value, no pair.
+            rejected += 1
+            walker.unknown(ra, candidate=True)
+            if sample is not None:
+                sample.only_a(ra)
+            continue
+        result.compared += 1
         if sample is not None:
             sample.pair(ra, rb, max(rels) if rels else None, DIFFER if out_diffs else AGREE)
         if result.first is not None:
