@@ -31,6 +31,7 @@ from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
+from tracediff.diff.precision import CarriedPrecision, preserves_values
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
@@ -126,6 +127,7 @@ class _Produced:
     reads: tuple[Key, ...]
     candidate: bool
     uninit: bool
+    moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
 
 
 class _Walker:
@@ -137,7 +139,8 @@ class _Walker:
 
     def unknown(self, record: dict[str, Any], candidate: bool) -> None:
         outs = record.get("out", ())
-        entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs))
+        entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
+                          preserves_values(record))
         for t in outs:
             self.agreed.pop(_key(t), None)
             _put_bounded(self.unknown_producers, _key(t), entry)
@@ -223,6 +226,8 @@ class _Comparer:
         self.passed_by_noise = 0  # tensors beyond the tolerance but within the calibrated noise
         self.closest = 0.0  # the largest multiple of its noise a tensor passed only by noise reached
         self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
+        # Trace A's values judged at the precision they carry (a widened bf16 value at bf16's tolerance).
+        self.precision = CarriedPrecision(self.tolerance)
 
     def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
         key = (dtype, op, module, device)
@@ -241,7 +246,7 @@ class _Comparer:
             if not _comparable(ta, tb):
                 continue
             compared += 1
-            tolerance = self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu"))
+            tolerance = self.precision.of(ta, op, ra.get("m"))
             if self.noise is not None and tolerance.rtol > 0:
                 noise = self.noise.get(ra["i"], side, ta["a"])
                 result = compare_fingerprints(ta["fp"], tb["fp"], tolerance, noise, self.noise.factor)
@@ -334,6 +339,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     for ra in Trace(a.path):
         if sample is not None and result.first is not None:
             sample.diverged()  # found at the previous row
+        comparer.precision.record(ra)
         if not alignable(ra):
             walker.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
             continue
@@ -478,15 +484,25 @@ def _from_walk(ra: dict, rb: dict, candidates: list[_Produced], diffs: list[Tens
                 "the difference comes from values this comparison cannot see")
         return Divergence(_kind(worst), seen, Place.of(rb), (seen,), worst, inputs_agree, note)
     places = tuple(c.place for c in candidates)
+    # Report the last candidate that computes: a view or widening cast after it only carried the difference.
+    computing = [c.place for c in candidates if not c.moves]
+    reported = computing[-1] if computing else places[-1]
     if len(places) == 1:
         note = f"pinned: the only op between agreeing values and {seen.op} (#{seen.index}), where the difference shows"
     elif rb["t"] == KERNEL:
         note = (f"localized to the {len(places)} ops fused into kernel {rb.get('name')}, which writes "
-                f"{seen.op} (#{seen.index}); reported: the last of them")
+                f"{seen.op} (#{seen.index}); reported: {_which(reported, places)}")
     else:
         note = (f"localized to {len(places)} ops with no counterpart in B (fused or decomposed) "
-                f"feeding {seen.op} (#{seen.index}); reported: the last of them")
+                f"feeding {seen.op} (#{seen.index}); reported: {_which(reported, places)}")
     uninit = [c.place for c in candidates if c.uninit]
     if uninit:
         note += f"; {uninit[0].op} at {uninit[0].source} returns uninitialized memory that is read before written"
-    return Divergence(_kind(worst), places[-1], Place.of(rb), places, worst, inputs_agree, note, observed=seen)
+    return Divergence(_kind(worst), reported, Place.of(rb), places, worst, inputs_agree, note, observed=seen)
+
+
+def _which(reported: Place, places: tuple[Place, ...]) -> str:
+    if reported == places[-1]:
+        return "the last of them"
+    return f"the last of them that computes ({places[-1].op} after it only moves or widens values)"
+
