@@ -29,6 +29,7 @@ from typing import Any, Iterator
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
 from tracediff.diff.precision import CarriedPrecision, preserves_values
@@ -133,7 +134,8 @@ class _Produced:
 class _Walker:
     """Trace A's producers: of values not known to agree (walk back), and of values that agreed."""
 
-    def __init__(self) -> None:
+    def __init__(self, garbage: Garbage) -> None:
+        self.garbage = garbage
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
 
@@ -153,6 +155,8 @@ class _Walker:
             self.unknown_producers.pop(key, None)
             if t.get("uninit"):
                 _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
+            elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
+                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
             else:
                 _put_bounded(self.agreed, key, place)
 
@@ -228,6 +232,7 @@ class _Comparer:
         self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
         # Trace A's values judged at the precision they carry (a widened bf16 value at bf16's tolerance).
         self.precision = CarriedPrecision(self.tolerance)
+        self.garbage = Garbage()  # views of torch.empty's memory: not compared
 
     def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
         key = (dtype, op, module, device)
@@ -243,7 +248,8 @@ class _Comparer:
         out: list[TensorDiff] = []
         compared = 0
         for ta, tb in _pair_tensors(xs, ys, by_name):
-            if not _comparable(ta, tb):
+            # An output that is torch.empty's memory seen through a view: garbage either way, not a result.
+            if not _comparable(ta, tb) or (side == "output" and self.garbage.holds(ta)):
                 continue
             compared += 1
             tolerance = self.precision.of(ta, op, ra.get("m"))
@@ -325,8 +331,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report)."""
     result = DiffResult(a, b, noise=noise)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
-    walker = _Walker()
     comparer = _Comparer(config, noise)
+    walker = _Walker(comparer.garbage)
     b_side = _BSide(b.path)
     rejected = 0
     alignable_index = -1
@@ -340,6 +346,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         if sample is not None and result.first is not None:
             sample.diverged()  # found at the previous row
         comparer.precision.record(ra)
+        comparer.garbage.record(ra)
         if not alignable(ra):
             walker.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
             continue
