@@ -307,6 +307,13 @@ def _tensor_args(record: dict[str, Any]) -> set[str]:
     return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
 
 
+def _inputs_mismatch(ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> bool:
+    """Do corresponding inputs differ in dtype or shape (so they cannot be said to agree)?"""
+    xs = [t for t in ra.get("in", ()) if t.get("fp") is not None]
+    ys = [t for t in rb.get("in", ()) if t.get("fp") is not None]
+    return len(xs) != len(ys) or any(ta["dt"] != tb["dt"] or ta["sh"] != tb["sh"] for ta, tb in _pair_tensors(xs, ys, by_name))
+
+
 def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: _Comparer, by_name: bool) -> bool:
     """Is a pair from the aligner evidence enough to compare outputs?
 
@@ -316,8 +323,9 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
     - Different ops paired on shapes alone: only a substitution (cos computed
       as sin) when both read values that were compared and agree.
     """
-    if ra["t"] == OP and rb["t"] == OP and ra["op"] == rb["op"] and _tensor_args(ra) != _tensor_args(rb):
-        return False
+    if ra["t"] == OP and rb["t"] == OP and ra["op"] == rb["op"] and (
+            _tensor_args(ra) != _tensor_args(rb) or _inputs_mismatch(ra, rb, by_name)):
+        return False  # the same op on other arguments, or on inputs of other shapes: other quantities
     if tier == SHAPE_TIER and not _same_op(ra, rb):
         if rb["t"] == KERNEL:
             return False
@@ -407,8 +415,13 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             continue
         if out_diffs and not in_diffs:
             worst = _worst(out_diffs)
-            result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, True,
-                                      "inputs agree, outputs differ")
+            if _inputs_mismatch(ra, rb, by_name):  # never claim agreement of inputs that could not be compared
+                note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
+                        f"{Place.of(rb).op} (other shapes or dtypes)")
+                result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note)
+            else:
+                result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, True,
+                                          "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
             candidates = walker.walk_back(bad)
