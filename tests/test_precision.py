@@ -104,3 +104,19 @@ def test_preserves_values() -> None:
     assert preserves_values(rec("aten::view", "float32", "float32"))
     assert preserves_values(rec("aten::clone", "bfloat16", "bfloat16"))
     assert not preserves_values(rec("aten::gelu", "float32", "float32"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_fixture_matches_under_aot_eager(run_fixture, dtype: str) -> None:
+    result = run_fixture("autocast_bf16_mlp.py", "eager,aot_eager", "--", "--dtype", dtype)
+    assert result.exit_code == 0 and result.report["verdict"] == "match", result.report["first_divergence"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_fixture_matches_under_inductor_by_default(run_fixture, dtype: str) -> None:
+    """Inductor fuses GELU with the final .float() and skips the bf16/fp16 rounding eager does:
+    a difference at the autocast dtype's precision, not float32's."""
+    result = run_fixture("autocast_bf16_mlp.py", "eager,inductor", "--", "--dtype", dtype)
+    assert result.exit_code == 0 and result.report["verdict"] == "match", result.report["first_divergence"]
+    assert result.report["compared"] > 20

@@ -107,12 +107,16 @@ class CarriedPrecision:
         op = record.get("op") or record.get("name") or ""
         module = record.get("m")
         inputs = [self.of(t, op, module) for t in record.get("in", ()) if is_floating(t.get("dt")) and not t.get("uninit")]
+        if not inputs:
+            return
         for t in record.get("out", ()):
             if not is_floating(t.get("dt")):
                 continue
-            tolerance = self._own(t, op, module)
+            own = tolerance = self._own(t, op, module)
             for carried in inputs:
                 tolerance = looser(tolerance, carried)
+            if tolerance == own:
+                continue  # the common case (inputs as precise as the output): nothing to remember
             key = (t.get("id"), t.get("v"))
             self._carried.pop(key, None)
             self._carried[key] = tolerance
