@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
-from tests.conftest import invoke, marker_line
+from tests.conftest import FIXTURES, invoke, marker_line
 from tests.synth import TraceBuilder
 from tracediff.diff.nan import scan
 
@@ -93,3 +94,70 @@ def test_nan_producer_fixture_end_to_end(run_fixture) -> None:
     assert shown.exit_code == 1
     assert f"first NaN/Inf made from finite inputs: aten::log at nan_producer.py:{line}" in shown.stdout
     assert "same source line" in shown.stdout
+
+
+def _initialized_parameter(b: TraceBuilder, init: str, garbage: torch.Tensor, value: torch.Tensor,
+                           src: torch.Tensor | None = None) -> None:
+    """`nn.Parameter(torch.empty(...))` (a new tensor over the garbage), then an op overwriting it whole."""
+    t = b.tensor
+    b.op("aten::empty.memory_format", [], [t("empty", garbage, "0", uninit=True)], src="m.py:1")
+    inputs = [t("param", garbage)] + ([t("src", src, "src")] if src is not None else [])
+    b.op(init, inputs, [t("param", value, "0")], src="m.py:2")
+    b.op("aten::mul.Tensor", [t("param", value)], [t("y", value * 2, "0")], src="m.py:3")
+
+
+def test_an_initializer_does_not_read_the_garbage_it_overwrites(tmp_path: Path) -> None:
+    garbage = torch.tensor([float("nan"), 1e30, float("inf"), 0.0])
+    for init in ("aten::normal_", "aten::fill_.Scalar", "aten::zero_", "aten::uniform_", "aten::copy_"):
+        b = TraceBuilder(tmp_path / f"{init}.jsonl")
+        src = torch.ones(4) if init == "aten::copy_" else None
+        _initialized_parameter(b, init, garbage, torch.ones(4), src)
+        found = scan(b.close())
+        assert not found.found, (init, found.as_dict())
+
+
+def test_copy_of_nan_from_outside_still_counts_as_entered(tmp_path: Path) -> None:
+    b = TraceBuilder(tmp_path / "a.jsonl")
+    nan_src = torch.tensor([float("nan"), 1.0, 2.0, 3.0])
+    _initialized_parameter(b, "aten::copy_", torch.zeros(4), nan_src, nan_src)
+    found = scan(b.close())
+    assert found.entered is not None and found.entered.op == "aten::copy_"
+
+
+def test_truncated_trace_is_said_so(tmp_path: Path) -> None:
+    path = _nan_trace(tmp_path / "a.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))  # the footer: the writer was killed before writing it
+    clean = TraceBuilder(tmp_path / "clean.jsonl")
+    clean.op("aten::exp", [clean.tensor("x", X)], [clean.tensor("e", torch.exp(X), "0")])
+    clean_path = clean.close()
+    clean_path.write_text("".join(clean_path.read_text().splitlines(keepends=True)[:-1]))
+    for trace in (path, clean_path):
+        result = invoke("nan", str(trace))
+        assert "the trace is truncated" in result.stdout and "may be incomplete" in result.stdout
+        report = json.loads(invoke("nan", str(trace), "--format", "json").stdout)
+        assert report["truncated"] == {"a": True}
+
+
+def test_overwritten_empty_fixture_has_no_nan_origin(run_fixture) -> None:
+    """torch.empty holding Inf, overwritten by nn.init / copy_: no NaN origin in the run report nor `tracediff nan`."""
+    report = run_fixture("overwritten_empty.py", "eager,aot_eager").report
+    assert report["verdict"] == "match"
+    assert report["nan_origin"] == {"a": None, "b": None}
+    trace = report["traces"][0]
+    garbage = [r for r in map(json.loads, Path(trace).read_text().splitlines())
+               if r.get("op", "").startswith("aten::empty") and (r["out"][0]["fp"]["inf"] or r["out"][0]["fp"]["nan"])]
+    assert garbage, "the fixture's torch.empty should hold Inf garbage (precondition of this test)"
+    shown = invoke("nan", *report["traces"])
+    assert shown.exit_code == 0, shown.stdout
+    assert "outside the recording" not in shown.stdout
+
+
+def test_hf_gpt2_trace_has_no_nan(tmp_path: Path) -> None:
+    """Hugging Face GPT-2's init: LayerNorm/Embedding weights are torch.empty overwritten by fill_/normal_."""
+    pytest.importorskip("transformers")
+    trace = tmp_path / "gpt2.jsonl"
+    recorded = invoke("record", str(FIXTURES / "hf_gpt2_tiny.py"), "--backend", "eager", "-o", str(trace))
+    assert recorded.exit_code == 0, recorded.stderr
+    shown = invoke("nan", str(trace))
+    assert shown.exit_code == 0 and "no NaN or Inf" in shown.stdout, shown.stdout

@@ -204,3 +204,32 @@ def test_rounded_fingerprints_that_collide_do_not_pair_different_ops(tmp_path: P
         builder.region("exit", [builder.tensor("s", s, "out0")])
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_view_of_uninitialized_memory_overwritten_before_use_is_no_divergence(tmp_path: Path) -> None:
+    """`nn.Parameter(torch.empty(n, n)[0])` then `nn.init.*`: the view's garbage differs run to run, harmlessly."""
+    def build(name: str, garbage: torch.Tensor) -> Path:
+        b = TraceBuilder(tmp_path / name)
+        t = b.tensor
+        b.op("aten::empty.memory_format", [], [t("empty", garbage, "0", uninit=True)], src="m.py:1")
+        b.op("aten::select.int", [t("empty", garbage)], [t("row", garbage[0], "0")], src="m.py:2")
+        b.op("aten::normal_", [t("row", garbage[0])], [t("param", X[0], "0")], src="m.py:3")
+        b.op("aten::mul.Tensor", [t("param", X[0])], [t("y", X[0] * 2, "0")], src="m.py:4")
+        return b.close()
+
+    report = _report(build("a.jsonl", torch.full((3, 4), float("nan"))), build("b.jsonl", torch.zeros(3, 4)))
+    assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_computing_with_uninitialized_memory_is_still_found(tmp_path: Path) -> None:
+    """`torch.empty(...) & 0xFF` folded into a result: the empty is the cause (a real nondeterminism)."""
+    def build(name: str, garbage: torch.Tensor) -> Path:
+        b = TraceBuilder(tmp_path / name)
+        t = b.tensor
+        b.op("aten::empty.memory_format", [], [t("empty", garbage, "0", uninit=True)], src="m.py:1")
+        b.op("aten::view", [t("empty", garbage)], [t("flat", garbage.flatten(), "0")], src="m.py:2")
+        b.op("aten::mul.Tensor", [t("flat", garbage.flatten())], [t("y", garbage.flatten() * 2, "0")], src="m.py:3")
+        return b.close()
+
+    first = _report(build("a.jsonl", torch.ones(3, 4)), build("b.jsonl", torch.zeros(3, 4)))["first_divergence"]
+    assert first is not None and first["op"] == "aten::empty.memory_format"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,32 @@ def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(lines)
 
 
+# One step of a deepdiff path: ['key'], ["key"] or [index].
+_STEP = re.compile(r"""\['((?:[^'\\]|\\.)*)'\]|\["((?:[^"\\]|\\.)*)"\]|\[(\d+)\]""")
+
+
 def _path(deepdiff_path: str) -> str:
-    """root['settings']['inductor']['fallback_random'] -> settings.inductor.fallback_random"""
-    return deepdiff_path.removeprefix("root").replace("']['", ".").strip("[]'").replace("'][", "[").replace("]['", ".")
+    """root['settings']['inductor']['fallback_random'] -> settings.inductor.fallback_random;
+    root['command'][0] -> command[0]"""
+    out = ""
+    for single, double, index in _STEP.findall(deepdiff_path.removeprefix("root")):
+        out += f"[{index}]" if index else f".{single or double}"
+    return out.removeprefix(".") or deepdiff_path
+
+
+def program_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """How the programs behind two trace headers differ: script, then its arguments.
+
+    Empty for two runs of one command. A different working directory alone is
+    not listed (a golden trace recorded on another machine); header differences show it.
+    """
+    cmd_a, cmd_b = a.get("command") or [], b.get("command") or []
+    if not cmd_a or not cmd_b:
+        return []
+    script_a, script_b = str(cmd_a[0]), str(cmd_b[0])
+    if Path(script_a).name != Path(script_b).name:
+        return [f"different scripts: A ran {script_a}, B ran {script_b}"]
+    if cmd_a[1:] != cmd_b[1:]:
+        return [f"the script's arguments differ: A {' '.join(map(str, cmd_a[1:])) or '(none)'}, "
+                f"B {' '.join(map(str, cmd_b[1:])) or '(none)'}"]
+    return []

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.diff.compare import has_nonfinite
-from tracediff.diff.place import Place, makes_nonfinite
-from tracediff.trace.reader import Trace
+from tracediff.diff.place import Place, makes_nonfinite, read_inputs
+from tracediff.trace.reader import Trace, read_footer
 from tracediff.trace.schema import KERNEL, OP, REGION
 
 # Non-finite values made on purpose (masked_fill with -inf ...) are remembered
@@ -47,7 +47,7 @@ class NanOrigin:
         outs = tuple(_tensor(t) for t in record.get("out", ()) if has_nonfinite(t.get("fp")) and not t.get("uninit"))
         fuses = tuple({"op": f.get("op"), "source": f.get("src"), "module": f.get("m")}
                       for f in record.get("fuses") or ()) if record["t"] == KERNEL else ()
-        return cls(Place.of(record), outs, tuple(_tensor(t) for t in record.get("in", ()) if t.get("fp")), fuses)
+        return cls(Place.of(record), outs, tuple(_tensor(t) for t in read_inputs(record) if t.get("fp")), fuses)
 
     @property
     def index(self) -> int:
@@ -79,7 +79,7 @@ class NanScan:
     origin: NanOrigin | None
     entered: Place | None  # first record reading NaN/Inf that no recorded op made
     records: int  # records read (the scan stops at the origin)
-    truncated: bool
+    truncated: bool  # no footer: the writer was killed; later records are unknown
 
     @property
     def found(self) -> bool:
@@ -107,8 +107,10 @@ def scan(path: str | Path) -> NanScan:
             continue
         origin = origin_of(record)
         if origin is not None:
-            return NanScan(str(path), origin, entered, records, False)
-        if entered is None and any(has_nonfinite(t.get("fp")) and _key(t) not in made for t in record.get("in", ())):
+            # Stopped early: whether the writer finished shows only at the file's end.
+            return NanScan(str(path), origin, entered, records, read_footer(path) is None)
+        # An initializer's or copy_'s `self` is overwritten, not read (torch.empty garbage is no NaN source).
+        if entered is None and any(has_nonfinite(t.get("fp")) and _key(t) not in made for t in read_inputs(record)):
             entered = Place.of(record)
         if record["t"] != REGION or record["ev"] == "exit":
             for t in record.get("out", ()):

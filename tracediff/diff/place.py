@@ -9,6 +9,24 @@ from tracediff.diff.compare import has_nonfinite
 from tracediff.trace.schema import KERNEL, OP, REGION
 
 
+# In-place ops that write every element of `self` without reading it: initializers
+# (`nn.init.*`) and copies. What `self` held before (often uninitialized memory
+# from `torch.empty`, which may hold NaN/Inf bit patterns) is not read.
+_OVERWRITES_SELF = frozenset({
+    "aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_", "aten::random_", "aten::exponential_",
+    "aten::cauchy_", "aten::log_normal_", "aten::geometric_", "aten::bernoulli_", "aten::copy_",
+})
+
+
+def read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The input tensors a record reads: not the `self` an initializer or copy_ overwrites whole,
+    nor an out= buffer (the recorder keeps no fingerprint of those)."""
+    ins = record.get("in", ())
+    if record["t"] == OP and str(record.get("op", "")).split(".", 1)[0] in _OVERWRITES_SELF:
+        return [t for t in ins if t.get("a") != "self"]
+    return list(ins)
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
     index: int
@@ -37,4 +55,4 @@ def makes_nonfinite(record: dict[str, Any]) -> bool:
     # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
     if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") for t in record.get("out", ())):
         return False
-    return not any(has_nonfinite(t.get("fp")) for t in record.get("in", ()))
+    return not any(has_nonfinite(t.get("fp")) for t in read_inputs(record))

@@ -29,8 +29,10 @@ from typing import Any, Iterator
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
+from tracediff.diff.precision import CarriedPrecision, preserves_values
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
@@ -126,18 +128,21 @@ class _Produced:
     reads: tuple[Key, ...]
     candidate: bool
     uninit: bool
+    moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
 
 
 class _Walker:
     """Trace A's producers: of values not known to agree (walk back), and of values that agreed."""
 
-    def __init__(self) -> None:
+    def __init__(self, garbage: Garbage) -> None:
+        self.garbage = garbage
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
 
     def unknown(self, record: dict[str, Any], candidate: bool) -> None:
         outs = record.get("out", ())
-        entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs))
+        entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
+                          preserves_values(record))
         for t in outs:
             self.agreed.pop(_key(t), None)
             _put_bounded(self.unknown_producers, _key(t), entry)
@@ -150,6 +155,8 @@ class _Walker:
             self.unknown_producers.pop(key, None)
             if t.get("uninit"):
                 _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
+            elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
+                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
             else:
                 _put_bounded(self.agreed, key, place)
 
@@ -223,6 +230,9 @@ class _Comparer:
         self.passed_by_noise = 0  # tensors beyond the tolerance but within the calibrated noise
         self.closest = 0.0  # the largest multiple of its noise a tensor passed only by noise reached
         self._tolerances: dict[tuple[str, str, Any, str], Tolerance] = {}
+        # Trace A's values judged at the precision they carry (a widened bf16 value at bf16's tolerance).
+        self.precision = CarriedPrecision(self.tolerance)
+        self.garbage = Garbage()  # views of torch.empty's memory: not compared
 
     def tolerance(self, dtype: str, op: str, module: str | None, device: str) -> Tolerance:
         key = (dtype, op, module, device)
@@ -238,10 +248,11 @@ class _Comparer:
         out: list[TensorDiff] = []
         compared = 0
         for ta, tb in _pair_tensors(xs, ys, by_name):
-            if not _comparable(ta, tb):
+            # An output that is torch.empty's memory seen through a view: garbage either way, not a result.
+            if not _comparable(ta, tb) or (side == "output" and self.garbage.holds(ta)):
                 continue
             compared += 1
-            tolerance = self.tolerance(ta["dt"], op, ra.get("m"), ta.get("dev", "cpu"))
+            tolerance = self.precision.of(ta, op, ra.get("m"))
             if self.noise is not None and tolerance.rtol > 0:
                 noise = self.noise.get(ra["i"], side, ta["a"])
                 result = compare_fingerprints(ta["fp"], tb["fp"], tolerance, noise, self.noise.factor)
@@ -296,6 +307,13 @@ def _tensor_args(record: dict[str, Any]) -> set[str]:
     return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
 
 
+def _inputs_mismatch(ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> bool:
+    """Do corresponding inputs differ in dtype or shape (so they cannot be said to agree)?"""
+    xs = [t for t in ra.get("in", ()) if t.get("fp") is not None]
+    ys = [t for t in rb.get("in", ()) if t.get("fp") is not None]
+    return len(xs) != len(ys) or any(ta["dt"] != tb["dt"] or ta["sh"] != tb["sh"] for ta, tb in _pair_tensors(xs, ys, by_name))
+
+
 def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: _Comparer, by_name: bool) -> bool:
     """Is a pair from the aligner evidence enough to compare outputs?
 
@@ -305,8 +323,9 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
     - Different ops paired on shapes alone: only a substitution (cos computed
       as sin) when both read values that were compared and agree.
     """
-    if ra["t"] == OP and rb["t"] == OP and ra["op"] == rb["op"] and _tensor_args(ra) != _tensor_args(rb):
-        return False
+    if ra["t"] == OP and rb["t"] == OP and ra["op"] == rb["op"] and (
+            _tensor_args(ra) != _tensor_args(rb) or _inputs_mismatch(ra, rb, by_name)):
+        return False  # the same op on other arguments, or on inputs of other shapes: other quantities
     if tier == SHAPE_TIER and not _same_op(ra, rb):
         if rb["t"] == KERNEL:
             return False
@@ -320,8 +339,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report)."""
     result = DiffResult(a, b, noise=noise)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
-    walker = _Walker()
     comparer = _Comparer(config, noise)
+    walker = _Walker(comparer.garbage)
     b_side = _BSide(b.path)
     rejected = 0
     alignable_index = -1
@@ -334,6 +353,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     for ra in Trace(a.path):
         if sample is not None and result.first is not None:
             sample.diverged()  # found at the previous row
+        comparer.precision.record(ra)
+        comparer.garbage.record(ra)
         if not alignable(ra):
             walker.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
             continue
@@ -401,8 +422,13 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             continue
         if out_diffs and not in_diffs:
             worst = _worst(out_diffs)
-            result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, True,
-                                      "inputs agree, outputs differ")
+            if _inputs_mismatch(ra, rb, by_name):  # never claim agreement of inputs that could not be compared
+                note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
+                        f"{Place.of(rb).op} (other shapes or dtypes)")
+                result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note)
+            else:
+                result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, True,
+                                          "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
             candidates = walker.walk_back(bad)
@@ -485,15 +511,25 @@ def _from_walk(ra: dict, rb: dict, candidates: list[_Produced], diffs: list[Tens
                 "the difference comes from values this comparison cannot see")
         return Divergence(_kind(worst), seen, Place.of(rb), (seen,), worst, inputs_agree, note)
     places = tuple(c.place for c in candidates)
+    # Report the last candidate that computes: a view or widening cast after it only carried the difference.
+    computing = [c.place for c in candidates if not c.moves]
+    reported = computing[-1] if computing else places[-1]
     if len(places) == 1:
         note = f"pinned: the only op between agreeing values and {seen.op} (#{seen.index}), where the difference shows"
     elif rb["t"] == KERNEL:
         note = (f"localized to the {len(places)} ops fused into kernel {rb.get('name')}, which writes "
-                f"{seen.op} (#{seen.index}); reported: the last of them")
+                f"{seen.op} (#{seen.index}); reported: {_which(reported, places)}")
     else:
         note = (f"localized to {len(places)} ops with no counterpart in B (fused or decomposed) "
-                f"feeding {seen.op} (#{seen.index}); reported: the last of them")
+                f"feeding {seen.op} (#{seen.index}); reported: {_which(reported, places)}")
     uninit = [c.place for c in candidates if c.uninit]
     if uninit:
         note += f"; {uninit[0].op} at {uninit[0].source} returns uninitialized memory that is read before written"
-    return Divergence(_kind(worst), places[-1], Place.of(rb), places, worst, inputs_agree, note, observed=seen)
+    return Divergence(_kind(worst), reported, Place.of(rb), places, worst, inputs_agree, note, observed=seen)
+
+
+def _which(reported: Place, places: tuple[Place, ...]) -> str:
+    if reported == places[-1]:
+        return "the last of them"
+    return f"the last of them that computes ({places[-1].op} after it only moves or widens values)"
+

@@ -12,7 +12,7 @@ import math
 from typing import Any, Sequence
 
 from tracediff.config import Config
-from tracediff.diff.engine import header_differences
+from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import Place
 from tracediff.diff.verdict import DiffResult, Divergence, TensorDiff
@@ -77,6 +77,8 @@ def _run(run: RunResult | None, skeleton_footer: dict[str, Any] | None, truncate
         "compile_calls": footer.get("compile_calls"),
         "error": footer.get("error"),
         "failure": None,
+        # torch.compile options (mode=, options=) removed because this backend rejects them
+        "dropped_compile_options": sorted(set(footer.get("dropped_compile_options") or ())),
     }
     if run is not None:
         info.update(returncode=run.returncode, timed_out=run.timed_out, elapsed_s=round(run.elapsed_s, 2), log=str(run.log))
@@ -108,6 +110,16 @@ def build_report(
         verdict, code = "match", ExitCode.MATCH
 
     notes: list[str] = []
+    programs = program_differences(result.a.header, result.b.header)
+    if programs:
+        notes.append(f"the traces come from different programs ({'; '.join(programs)}): ops are paired across "
+                     "two programs, so a difference (or a match) may say nothing about a compiler")
+    for label, run in zip("AB", (run_a, run_b)):
+        if run["dropped_compile_options"]:
+            options = ", ".join(f"{k}=" for k in run["dropped_compile_options"])
+            notes.append(f"run {label} ({run['backend']}): the script's torch.compile option(s) {options} were dropped "
+                         f"because backend {run['backend']} rejects them (they are inductor's); "
+                         "that run compiled without them")
     compile_calls = [r["compile_calls"] for r in (run_a, run_b)]
     compiled = any(compile_calls)
     if not compiled and not failed:
@@ -133,6 +145,7 @@ def build_report(
         "compiled": compiled,
         "runs": [run_a, run_b],
         "header_differences": header_differences(result.a.header, result.b.header),
+        "program_differences": programs,
         "tolerances": {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
         "exact": config.exact,
         "notes": notes,

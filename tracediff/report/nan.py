@@ -25,6 +25,8 @@ def nan_report(paths: Sequence[str | Path]) -> dict[str, Any]:
         "nan_origin": {label: (s.origin.as_dict() if s.origin else None) for label, s in zip(labels, scans)},
         "entered": {label: (s.entered.as_dict() if s.entered else None) for label, s in zip(labels, scans)},
         "records_read": {label: s.records for label, s in zip(labels, scans)},
+        # No footer: the writer was killed. What was read is answered; the rest is unknown.
+        "truncated": {label: s.truncated for label, s in zip(labels, scans)},
     }
     if len(scans) == 2 and scans[0].origin and scans[1].origin:
         report["same_source"] = _same_place(scans[0].origin.as_dict(), scans[1].origin.as_dict())
@@ -48,6 +50,10 @@ def render_nan(report: dict[str, Any]) -> str:
         origin = report["nan_origin"][label]
         entered = report["entered"][label]
         lines.append(f"{prefix}{path}:")
+        truncated = (report.get("truncated") or {}).get(label)
+        if truncated:
+            lines.append("  the trace is truncated (no footer: the run crashed or was killed): "
+                         "what it does not hold is unknown, so this answer may be incomplete")
         if entered and (origin is None or entered["index"] < origin["index"]):
             lines.append(f"  NaN/Inf come from outside the recording: {entered['op']} at {entered.get('source')} "
                          f"(#{entered['index']}) reads them, and no recorded op made them (input data, a checkpoint?)")
@@ -58,7 +64,8 @@ def render_nan(report: dict[str, Any]) -> str:
             for t in origin.get("inputs") or []:
                 lines.append(f"    input {t['arg']!r} {t['dtype']}{t['shape']}: finite, max |x| {t.get('max'):.4g}")
         elif not entered:
-            lines.append(f"  no NaN or Inf: no op made one ({report['records_read'][label]} records read)")
+            where = "in the records read" if truncated else f"({report['records_read'][label]} records read)"
+            lines.append(f"  no NaN or Inf: no op made one {where}")
     if "same_source" in report:
         origins = report["nan_origin"]
         lines.append("both runs first make NaN/Inf at the same source line (or in a kernel fusing it)"

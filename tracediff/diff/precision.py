@@ -1,0 +1,124 @@
+"""The precision a value carries, and ops that cannot change values.
+
+A float32 tensor made by widening a bfloat16 one (`.float()` after autocast)
+holds bfloat16 values: two correct runs whose bfloat16 results differ by
+bfloat16 rounding give float32 results that differ just as much. Judging it
+at float32's tolerance blames the cast (exact by construction) for a
+difference it only carried, and then every float32 op downstream of it.
+
+So a value is judged at the tolerance of the lowest precision it was computed
+from: its own dtype's tolerance, loosened to the loosest tolerance any of its
+floating inputs carried. Trace A (the reference) is walked in order, so each
+input's carried tolerance is known when its reader is compared. A real fault
+after a cast (cos computed as sin) is still orders of magnitude outside the
+bfloat16 tolerance.
+
+`preserves_values` names the ops that only move or widen values (view,
+reshape, permute, expand, slice, clone, a widening cast): never the one to
+blame while an op that computes is a candidate.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+
+from tracediff.config import Tolerance
+from tracediff.trace.schema import REGION
+
+Key = tuple[int, Any]
+
+# Values remembered: a bound on memory for traces of millions of ops.
+_WINDOW = 200_000
+
+# Ops whose outputs are their inputs' values, rearranged or aliased.
+_MOVES = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::permute", "aten::expand",
+    "aten::expand_as", "aten::slice", "aten::select", "aten::t", "aten::transpose", "aten::clone", "aten::contiguous",
+    "aten::squeeze", "aten::unsqueeze", "aten::as_strided", "aten::alias", "aten::detach", "aten::flatten",
+    "aten::unflatten", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::narrow", "aten::unbind",
+    "aten::view_as", "aten::movedim", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::copy",
+    "aten::_to_copy", "aten::to", "aten::_to_dtype", "prims::convert_element_type",
+})
+# Of those, the ones that may change dtype: value-preserving only when they widen.
+_CASTS = frozenset({"aten::_to_copy", "aten::to", "aten::_to_dtype", "aten::copy", "prims::convert_element_type"})
+
+# Floating dtypes by precision (mantissa bits); a cast to one at least as precise is exact.
+_MANTISSA = {"float8_e5m2": 2, "float8_e4m3fn": 3, "float8_e4m3fnuz": 3, "float8_e5m2fnuz": 2, "bfloat16": 7,
+             "float16": 10, "float32": 23, "complex64": 23, "float64": 52, "complex128": 52}
+
+
+def _base(name: str) -> str:
+    base = name.split(".", 1)[0]
+    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+def is_floating(dtype: str | None) -> bool:
+    return dtype in _MANTISSA
+
+
+def widens(src: str | None, dst: str | None) -> bool:
+    """Is a cast from `src` to `dst` exact (both floating, `dst` at least as precise)?"""
+    return is_floating(src) and is_floating(dst) and _MANTISSA[dst] >= _MANTISSA[src]  # type: ignore[index]
+
+
+def preserves_values(record: dict[str, Any]) -> bool:
+    """Can this op only move, alias or exactly widen its input's values?"""
+    op = record.get("op")
+    if not op or _base(op) not in _MOVES:
+        return False
+    if _base(op) not in _CASTS:
+        return True
+    ins = [t.get("dt") for t in record.get("in", ()) if t.get("dt")]
+    outs = [t.get("dt") for t in record.get("out", ()) if t.get("dt")]
+    return bool(ins) and bool(outs) and all(widens(ins[-1], d) or d == ins[-1] for d in outs)
+
+
+def looser(a: Tolerance, b: Tolerance) -> Tolerance:
+    """The looser of two tolerances (rtol first: it is what scales with precision)."""
+    return a if (a.rtol, a.atol) >= (b.rtol, b.atol) else b
+
+
+class CarriedPrecision:
+    """For each value of trace A, the tolerance it is judged at.
+
+    `tolerance_for(dtype, op, module, device)` gives a dtype's own tolerance
+    (config.py). Call `record(r)` for every record of A in order, before its
+    tensors are compared; then `of(tensor, op, module)` gives the tolerance.
+    """
+
+    def __init__(self, tolerance_for: Callable[[str, str, str | None, str], Tolerance]) -> None:
+        self._tolerance_for = tolerance_for
+        self._carried: OrderedDict[Key, Tolerance] = OrderedDict()
+
+    def _own(self, t: dict[str, Any], op: str, module: str | None) -> Tolerance:
+        return self._tolerance_for(t["dt"], op, module, t.get("dev", "cpu"))
+
+    def of(self, t: dict[str, Any], op: str, module: str | None) -> Tolerance:
+        """The tolerance `t` is judged at: what it carries, or its dtype's own."""
+        own = self._own(t, op, module)
+        carried = self._carried.get((t.get("id"), t.get("v")))
+        return own if carried is None or not is_floating(t.get("dt")) else looser(own, carried)
+
+    def record(self, record: dict[str, Any]) -> None:
+        """File the outputs of one record of A under the loosest precision its floating inputs carry."""
+        if record["t"] == REGION:
+            return  # a region's outputs are values its ops made (filed there); its inputs, values made before
+        op = record.get("op") or record.get("name") or ""
+        module = record.get("m")
+        inputs = [self.of(t, op, module) for t in record.get("in", ()) if is_floating(t.get("dt")) and not t.get("uninit")]
+        if not inputs:
+            return
+        for t in record.get("out", ()):
+            if not is_floating(t.get("dt")):
+                continue
+            own = tolerance = self._own(t, op, module)
+            for carried in inputs:
+                tolerance = looser(tolerance, carried)
+            if tolerance == own:
+                continue  # the common case (inputs as precise as the output): nothing to remember
+            key = (t.get("id"), t.get("v"))
+            self._carried.pop(key, None)
+            self._carried[key] = tolerance
+            if len(self._carried) > _WINDOW:
+                self._carried.popitem(last=False)
