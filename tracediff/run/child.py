@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             return ExitCode.MATCH
         print(f"tracediff: the script exited with status {e.code}", file=sys.stderr)
         return ExitCode.RUN_FAILED
+    except KeyboardInterrupt:  # Ctrl-C passed on by the launcher: the footer says so, no traceback needed
+        print("tracediff: the script was interrupted", file=sys.stderr)
+        return ExitCode.RUN_FAILED
     except BaseException:  # noqa: BLE001 - the user's script may raise anything; report it
         traceback.print_exc()
         return ExitCode.RUN_FAILED
