@@ -215,3 +215,18 @@ def test_repro_command_line_survives_spaces(tmp_path: Path) -> None:
               "verdict": "written", "ops": [{"index": 6, "op": "aten::cos", "source": "m.py:3"}]}
     line = next(line for line in render_result(result).splitlines() if line.strip().startswith("python "))
     assert shlex.split(line) == ["python", script]
+
+
+# -- no noise about the environment (make demo's venv has no numpy) ------------------------------
+
+
+def test_no_numpy_warning_where_numpy_is_not_installed(tmp_path: Path) -> None:
+    hidden = tmp_path / "hide-numpy" / "numpy"
+    hidden.mkdir(parents=True)  # `import numpy` fails here as it does where numpy is not installed
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError('No module named numpy', name='numpy')\n")
+    env = dict(os.environ, PYTHONPATH=f"{hidden.parent}{os.pathsep}{ROOT}")
+    done = subprocess.run([sys.executable, "-m", "tracediff.cli", "record", str(FIXTURES / "no_compile.py"),
+                           "--backend", "aot_eager", "-o", str(tmp_path / "t.jsonl")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "NumPy" not in done.stderr and "Warning" not in done.stderr, done.stderr

@@ -150,6 +150,9 @@ def cli() -> None:
     Exit codes: 0 no divergence, 1 divergence, 2 bad usage, input or output
     path, 3 a run failed, 130 interrupted (Ctrl-C; the partial traces are kept).
     """
+    from tracediff.quiet import silence_missing_numpy
+
+    silence_missing_numpy()
 
 
 @cli.command(cls=_ScriptCommand)

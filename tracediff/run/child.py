@@ -42,6 +42,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tracediff.quiet import silence_missing_numpy
+
+    silence_missing_numpy()
     options = _parse(sys.argv[1:] if argv is None else argv)
     script = os.path.abspath(options.script)
     script_args = options.args[1:] if options.args[:1] == ["--"] else options.args
