@@ -174,7 +174,6 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
-    from tracediff.errors import interrupt_keeps
     from tracediff.outputs import check_file
     from tracediff.run.launcher import check_script, record_in_subprocess
     from tracediff.run.pipeline import check_backend
@@ -183,11 +182,10 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
     if backend:
         check_backend(backend, script)
     check_file(output, "-o")
-    with interrupt_keeps(f"the trace up to that point is in {output}"):
-        result = record_in_subprocess(
-            path, list(script_args), backend=backend, trace=Path(output), seed=seed, exact=exact,
-            fallback_random=None, timeout=timeout, echo=_echo_err, float64=float64,
-        )
+    result = record_in_subprocess(  # on Ctrl-C it raises Interrupted naming the partial trace
+        path, list(script_args), backend=backend, trace=Path(output), seed=seed, exact=exact,
+        fallback_random=None, timeout=timeout, echo=_echo_err, float64=float64,
+    )
     failure = result.failure()
     if failure:
         _echo_err(f"tracediff: {failure}; the trace up to that point is in {output}")

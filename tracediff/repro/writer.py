@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
-from tracediff.errors import ExitCode, UserError
+from tracediff.errors import ExitCode, Interrupted, UserError, interrupt_keeps
 from tracediff.outputs import ensure_dir
 from tracediff.repro.capture import CAPTURE_FORMAT
 from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script
@@ -305,6 +305,8 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
             ops, notes = capture_arguments(divergence, records, config, Path(work), echo)
         except ReproRunFailed as e:
             return _outcome("failed", ExitCode.RUN_FAILED, str(e))
+        except KeyboardInterrupt:  # the re-run's partial trace is in `work`, about to be removed
+            raise Interrupted(f"nothing was written to {target}: the re-run capturing the inputs was stopped") from None
     local_modules = copy_local_modules(divergence, target)
     spec, inputs = build_spec(divergence, records, ops, backend, local_modules, config)
     (target / SCRIPT_NAME).write_text(render_script(spec), encoding="utf-8")
@@ -319,7 +321,8 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
         first_divergence=report["first_divergence"],
     )
     if check:
-        result["check"] = checked = check_repro(target, config.timeout, echo)
+        with interrupt_keeps(f"the repro is written, in {target}; its check was stopped"):
+            result["check"] = checked = check_repro(target, config.timeout, echo)
         if checked["failure"]:
             result.update(verdict="failed", exit_code=int(ExitCode.RUN_FAILED))
         elif checked["returncode"] == 0:
