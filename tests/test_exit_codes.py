@@ -91,6 +91,8 @@ def test_ctrl_c_exits_130_names_the_partial_trace_and_leaves_no_process(tmp_path
         [sys.executable, "-m", "tracediff.cli", "run", str(FIXTURES / "trains_until_stopped.py"),
          "--backends", "eager,aot_eager", "--out-dir", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # as from a terminal, whatever started pytest: a background job inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert tracediff.stderr is not None
