@@ -12,11 +12,16 @@ STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
 setup: $(STAMP)
 
+# pip's and the build backend's chatter goes to $(SETUP_LOG), shown only if a step fails.
+SETUP_LOG     := $(VENV)/setup.log
+PIP           := $(BIN)/python -m pip install --quiet
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@: > $(SETUP_LOG)
+	$(PIP) --upgrade pip >> $(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); exit 1; }
+	$(PIP) "torch==$(TORCH_VERSION)" >> $(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); exit 1; }
+	$(PIP) -e ".[test]" >> $(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); exit 1; }
 	touch $(STAMP)
 
 # The main job on a bundled example: a compile backend that computes sin where

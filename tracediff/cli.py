@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import click
 
-from tracediff.errors import ExitCode, UserError
+from tracediff.errors import ExitCode, Interrupted, UserError
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
                        help="text for people, json (one object on stdout) for programs")
@@ -78,7 +78,8 @@ def _load_config(config_path: str | None, **overrides: Any) -> Any:
 
 
 class _Group(click.Group):
-    """Turns a UserError from any command into one line on stderr and exit code 2."""
+    """A UserError or usage error from any command: one line on stderr and exit code 2. Ctrl-C: one line
+    naming what was kept and exit code 130 (click alone would say "Aborted!" and exit 1, "divergence")."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -86,6 +87,46 @@ class _Group(click.Group):
         except UserError as e:
             click.echo(f"tracediff: error: {e}", err=True)
             ctx.exit(ExitCode.USAGE)
+        except click.UsageError as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # click 8.2+: prints the help, as asked
+                raise
+            hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            click.echo(f"tracediff: error: {e.format_message()}{hint}", err=True)
+            ctx.exit(ExitCode.USAGE)
+        except KeyboardInterrupt as e:
+            kept = f"; {e.kept}" if isinstance(e, Interrupted) else ""
+            click.echo(f"tracediff: interrupted{kept}", err=True)
+            ctx.exit(ExitCode.INTERRUPTED)
+
+
+class _ScriptCommand(click.Command):
+    """A command that runs SCRIPT: tracediff's options anywhere before `--`, the script's arguments after it.
+
+    Anything else before `--` (an unknown option, a second argument) stops with exit 2 and says where it
+    goes, instead of being handed to the script silently: `run train.py --out x` would otherwise pass
+    `--out x` to train.py and write the run somewhere else. The script's arguments reach the callback
+    as `script_args`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("context_settings", {})["allow_extra_args"] = True
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        own, script_args = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, [])
+        where = f"arguments for the script go after --: tracediff {self.name} SCRIPT [OPTIONS] -- ARGS"
+        try:
+            rest = super().parse_args(ctx, own)
+        except click.NoSuchOption as e:
+            hint = f" (did you mean {', '.join(e.possibilities)}?)" if e.possibilities else ""
+            raise UserError(f"{e.option_name} is not an option of tracediff {self.name}{hint}; {where}") from None
+        if ctx.args:
+            raise UserError(f"unexpected argument {' '.join(ctx.args)!r} after the script; {where}")
+        ctx.params["script_args"] = tuple(script_args)
+        return rest
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), "[-- SCRIPT_ARGS...]"]
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -102,13 +143,20 @@ def cli() -> None:
       tracediff bisect train.py --backend inductor
       tracediff repro .tracediff/20261122-101500/
 
-    Exit codes: 0 no divergence, 1 divergence, 2 bad usage or input, 3 a run failed.
+    \b
+    Options go before --, the script's own arguments after it:
+      tracediff run train.py --backends eager,aot_eager -- --steps 2
+
+    Exit codes: 0 no divergence, 1 divergence, 2 bad usage, input or output
+    path, 3 a run failed, 130 interrupted (Ctrl-C; the partial traces are kept).
     """
+    from tracediff.quiet import silence_missing_numpy
+
+    silence_missing_numpy()
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command(cls=_ScriptCommand)
 @click.argument("script", type=click.Path())
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="trace.jsonl", show_default=True,
               help="trace file to write (.jsonl or .jsonl.gz)")
 @click.option("--backend", default=None, help="redirect the script's torch.compile to this backend [default: as written]")
@@ -120,18 +168,22 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
            timeout: float, float64: bool) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
+    Options go before --, the script's own arguments after it.
+
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
-    from tracediff.record.backends import resolve_backend
+    from tracediff.outputs import check_file
     from tracediff.run.launcher import check_script, record_in_subprocess
+    from tracediff.run.pipeline import check_backend
 
     path = check_script(script)
-    if backend and ":" not in backend:
-        resolve_backend(backend)
-    result = record_in_subprocess(
-        path, list(_strip_dashdash(script_args)), backend=backend, trace=Path(output), seed=seed, exact=exact,
+    if backend:
+        check_backend(backend, script)
+    check_file(output, "-o")
+    result = record_in_subprocess(  # on Ctrl-C it raises Interrupted naming the partial trace
+        path, list(script_args), backend=backend, trace=Path(output), seed=seed, exact=exact,
         fallback_random=None, timeout=timeout, echo=_echo_err, float64=float64,
     )
     failure = result.failure()
@@ -191,9 +243,8 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
     sys.exit(report["exit_code"])
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command(cls=_ScriptCommand)
 @click.argument("script", type=click.Path())
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--backends", default="eager,inductor", show_default=True,
               help="reference,candidate: eager, dynamo, aot_eager, inductor, ... or pkg.module:attr; "
                    "one name (or the same twice): a determinism check")
@@ -216,7 +267,8 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
         exact: bool | None, fmt: str, html_path: str | None, junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
-    Arguments after -- go to the script. Exit 1 on divergence, so it gates CI.
+    Options go before --, the script's own arguments after it. Exit 1 on
+    divergence, so it gates CI; 3 when a run fails, 130 on Ctrl-C.
 
     \b
       tracediff run train.py --backends eager,inductor
@@ -237,7 +289,7 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
-    args = list(_strip_dashdash(script_args))
+    args = list(script_args)
     sample = None
     if len(names) == 1 or (repeat or 1) > 1:
         if calibrate:
@@ -252,9 +304,8 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
     sys.exit(_emit(report, fmt))
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command(cls=_ScriptCommand)
 @click.argument("script", type=click.Path())
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--backend", default="inductor", show_default=True,
               help="the compile backend whose numbers differ from eager")
 @_run_options
@@ -269,18 +320,22 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
     bisection step (backend, then subsystem: decompositions, graph passes,
     lowerings, config flips, then the single application) with tracediff's
     verdict as the oracle. Exit 1 when a divergence was bisected, 0 when
-    there is nothing to bisect, 3 when a run fails.
+    there is nothing to bisect, 3 when a run fails. BACKEND is one of torch's
+    own (a custom module:attr backend cannot be bisected: exit 2 at once).
+    Options go before --, the script's own arguments after it.
 
     \b
       tracediff bisect train.py --backend inductor
       tracediff bisect train.py --backend inductor --format json -- --steps 2
     """
+    from tracediff.bisect.compiler import check_bisectable
     from tracediff.run.pipeline import bisect_script, parse_backends
 
+    check_bisectable(backend)
     parse_backends(f"eager,{backend}", script)
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed)
-    report = bisect_script(script, list(_strip_dashdash(script_args)), backend, config, out_dir, _echo_err)
+    report = bisect_script(script, list(script_args), backend, config, out_dir, _echo_err)
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
 
@@ -360,10 +415,6 @@ def repro(run: tuple[str, ...], out_dir: str | None, backend: str | None, check:
     elif "script" in result:
         click.echo(render_result(result), nl=False)
     sys.exit(result["exit_code"])
-
-
-def _strip_dashdash(args: tuple[str, ...]) -> tuple[str, ...]:
-    return args[1:] if args[:1] == ("--",) else args
 
 
 def main() -> None:

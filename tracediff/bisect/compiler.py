@@ -31,8 +31,31 @@ from typing import Any, Callable, Iterator
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
-from tracediff.errors import ExitCode, TraceFormatError
+from tracediff.errors import ExitCode, TraceFormatError, UserError
 from tracediff.run.launcher import record_in_subprocess
+
+
+def check_bisectable(backend: str) -> None:
+    """Refuse, before anything runs, a backend that CompilerBisector cannot bisect.
+
+    The bisector walks torch's own backends and their subsystems; for any other
+    backend (a custom `module:attr` callable, an out-of-tree registered one) it
+    would spend a run per step on torch's backends and then find nothing.
+    """
+    from torch._inductor.compiler_bisector import BACKENDS
+
+    from tracediff.record.backends import DYNAMO, resolve_backend
+
+    known = ", ".join(BACKENDS)
+    if ":" in backend:
+        raise UserError(
+            f"bisect: {backend!r} is a custom backend, and torch's CompilerBisector bisects only torch's own "
+            f"backends and their stages ({known}); if it calls inductor's compile_fx, bisect with --backend "
+            f"inductor, otherwise `tracediff run --backends eager,{backend}` names the divergent op")
+    name = "eager" if backend == DYNAMO else resolve_backend(backend).name
+    if name not in BACKENDS:
+        raise UserError(f"bisect: torch's CompilerBisector cannot bisect backend {backend!r}, only {known}; "
+                        f"`tracediff run --backends eager,{backend}` names the divergent op")
 
 
 @dataclass

@@ -81,7 +81,8 @@ def _run(run: RunResult | None, skeleton_footer: dict[str, Any] | None, truncate
         "dropped_compile_options": sorted(set(footer.get("dropped_compile_options") or ())),
     }
     if run is not None:
-        info.update(returncode=run.returncode, timed_out=run.timed_out, elapsed_s=round(run.elapsed_s, 2), log=str(run.log))
+        info.update(returncode=run.returncode, timed_out=run.timed_out, elapsed_s=round(run.elapsed_s, 2), log=str(run.log),
+                    output_tail=list(run.output_tail))
         info["failure"] = run.failure()
     if info["failure"] is None:
         if truncated:
@@ -165,7 +166,7 @@ def failed_run_report(traces: Sequence[str], runs: Sequence[RunResult], reason: 
         "first_divergence": None,
         "runs": [
             {"backend": r.backend, "failure": r.failure(), "returncode": r.returncode, "timed_out": r.timed_out,
-             "log": str(r.log)}
+             "log": str(r.log), "output_tail": list(r.output_tail)}
             for r in runs
         ],
         "notes": [reason],

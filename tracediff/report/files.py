@@ -13,18 +13,12 @@ from typing import Any, Callable
 
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError
+from tracediff.outputs import check_file
 
 
 def check_output_path(path: str | None, option: str) -> Path | None:
     """The path to write, or a UserError if it cannot be a file we can create."""
-    if path is None:
-        return None
-    target = Path(path)
-    if target.is_dir():
-        raise UserError(f"{option} {path}: is a directory; give a file name, e.g. {option} report.out")
-    if not target.parent.is_dir():
-        raise UserError(f"{option} {path}: directory {target.parent} does not exist")
-    return target
+    return None if path is None else check_file(path, option)
 
 
 def write_report_files(report: dict[str, Any], sample: AlignmentSample | None, html: Path | None,

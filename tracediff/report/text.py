@@ -33,8 +33,7 @@ def render_text(report: dict[str, Any]) -> str:
     for label, path in zip("AB", report.get("traces", [])):
         lines.append(f"  {label}: {path}")
     for label, run in zip("AB", report.get("runs", [])):
-        if run.get("failure"):
-            lines.append(f"  run {label} failed: {run['failure']}")
+        lines += _render_failed_run(label, run)
     determinism = report.get("determinism")
     if determinism:
         lines.append(f"  determinism check: two runs of the same configuration (backend {determinism['backend']})")
@@ -88,6 +87,22 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _render_failed_run(label: str, run: dict[str, Any]) -> list[str]:
+    """`run B failed: the script raised ValueError: ...`, then the last lines the script printed."""
+    if not run.get("failure"):
+        return []
+    lines = [f"  run {label} failed: {run['failure']}"]
+    error = run.get("error") or {}
+    named = str(error.get("type")) in run["failure"] or error.get("type") == "SystemExit"
+    if error.get("type") and not named:  # e.g. a trace given to `diff`: the failure line may not name it
+        lines.append(f"    {error['type']}: {error.get('message') or ''}".rstrip(": "))
+    tail = run.get("output_tail") or []
+    if tail:
+        lines.append("    its last output:")
+        lines += [f"    | {line}" for line in tail]
+    return lines
 
 
 def describe_nan_origin(origin: dict[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,8 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
-from tracediff.errors import ExitCode, UserError
+from tracediff.errors import ExitCode, Interrupted, UserError, interrupt_keeps
+from tracediff.outputs import ensure_dir
 from tracediff.repro.capture import CAPTURE_FORMAT
 from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script
 from tracediff.run.launcher import record_in_subprocess
@@ -281,6 +283,8 @@ def _run_repro(out_dir: Path, options: list[str], timeout: float) -> dict[str, A
 def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: str | None, check: bool,
                 echo: Callable[[str], None]) -> dict[str, Any]:
     """The whole `tracediff repro`: returns a result dict with `exit_code` and `message`."""
+    if out_dir:
+        ensure_dir(out_dir, "--out-dir")  # before the re-run: a path that cannot be written fails in a second
     divergence = load_divergence(paths, config)
     report = divergence.report
     if report.get("verdict") == "match":
@@ -294,13 +298,15 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
     backend = backend or divergence.header_b.get("backend")
     if not backend or backend == "as-written":
         raise UserError("the compared trace does not name its backend (recorded as written): pass --backend")
-    target = Path(out_dir) if out_dir else (divergence.run_dir or Path(".tracediff")) / "repro"
-    target.mkdir(parents=True, exist_ok=True)
+    target = ensure_dir(Path(out_dir) if out_dir else (divergence.run_dir or Path(".tracediff")) / "repro",
+                        "--out-dir" if out_dir else "repro directory")
     with tempfile.TemporaryDirectory(prefix="tracediff-repro-") as work:
         try:
             ops, notes = capture_arguments(divergence, records, config, Path(work), echo)
         except ReproRunFailed as e:
             return _outcome("failed", ExitCode.RUN_FAILED, str(e))
+        except KeyboardInterrupt:  # the re-run's partial trace is in `work`, about to be removed
+            raise Interrupted(f"nothing was written to {target}: the re-run capturing the inputs was stopped") from None
     local_modules = copy_local_modules(divergence, target)
     spec, inputs = build_spec(divergence, records, ops, backend, local_modules, config)
     (target / SCRIPT_NAME).write_text(render_script(spec), encoding="utf-8")
@@ -315,7 +321,8 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
         first_divergence=report["first_divergence"],
     )
     if check:
-        result["check"] = checked = check_repro(target, config.timeout, echo)
+        with interrupt_keeps(f"the repro is written, in {target}; its check was stopped"):
+            result["check"] = checked = check_repro(target, config.timeout, echo)
         if checked["failure"]:
             result.update(verdict="failed", exit_code=int(ExitCode.RUN_FAILED))
         elif checked["returncode"] == 0:
@@ -339,7 +346,7 @@ def render_result(result: dict[str, Any]) -> str:
     what = (f"{ops[0]['op']} at {ops[0]['source']}" if len(ops) == 1
             else f"{len(ops)} fused ops ending with {ops[-1]['op']} at {ops[-1]['source']}")
     lines = [f"repro for {what}, backend {result['backend']}:",
-             f"  python {result['script']}",
+             f"  python {shlex.quote(result['script'])}",  # pasted into a shell: a path with spaces must stay one word
              f"  inputs: {result['inputs']}"]
     if result["local_modules"]:
         lines.append(f"  with the script's own modules copied beside it: {', '.join(result['local_modules'])}")

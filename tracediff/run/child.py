@@ -42,6 +42,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tracediff.quiet import silence_missing_numpy
+
+    silence_missing_numpy()
     options = _parse(sys.argv[1:] if argv is None else argv)
     script = os.path.abspath(options.script)
     script_args = options.args[1:] if options.args[:1] == ["--"] else options.args
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.code in (None, 0):
             return ExitCode.MATCH
         print(f"tracediff: the script exited with status {e.code}", file=sys.stderr)
+        return ExitCode.RUN_FAILED
+    except KeyboardInterrupt:  # Ctrl-C passed on by the launcher: the footer says so, no traceback needed
+        print("tracediff: the script was interrupted", file=sys.stderr)
         return ExitCode.RUN_FAILED
     except BaseException:  # noqa: BLE001 - the user's script may raise anything; report it
         traceback.print_exc()

@@ -17,9 +17,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from tracediff.errors import ExitCode, UserError
+from tracediff.errors import ExitCode, Interrupted, UserError
+from tracediff.outputs import ensure_dir
+
+
+# How many lines of a failed run's output the report repeats (its log keeps all of it).
+TAIL_LINES = 6
+# Seconds a run has to stop after Ctrl-C is passed on to it (its trace gets a footer) before it is killed.
+INTERRUPT_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,8 @@ class RunResult:
     returncode: int
     timed_out: bool
     elapsed_s: float
+    error: dict[str, Any] | None = None  # the trace footer's `error`: what the script raised, if it did
+    output_tail: tuple[str, ...] = ()  # the last lines the script printed (stdout and stderr, as relayed)
 
     @property
     def ok(self) -> bool:
@@ -40,14 +49,60 @@ class RunResult:
         if self.timed_out:
             return f"run with backend {self.backend} timed out after {self.elapsed_s:.0f} s"
         if self.returncode == ExitCode.RUN_FAILED:
-            return f"the script raised under backend {self.backend} (see {self.log})"
+            return f"under backend {self.backend}, {_script_outcome(self.error, self.output_tail)} (see {self.log})"
         if self.returncode == ExitCode.USAGE:
             return _last_line(self.log)
         if self.returncode < 0:
-            return f"run with backend {self.backend} was killed by signal {-self.returncode} (crash?)"
+            return f"run with backend {self.backend} was killed by {_signal_text(-self.returncode)} (see {self.log})"
         if self.returncode != 0:
             return f"run with backend {self.backend} exited with status {self.returncode} (see {self.log})"
         return None
+
+
+def _script_outcome(error: dict[str, Any] | None, tail: tuple[str, ...]) -> str:
+    """`the script raised ValueError: bad shape` or `the script exited with status 2: <its last line>`."""
+    if error is None:
+        return "the script failed" + (f": {tail[-1]}" if tail else "")
+    message = str(error.get("message") or "")
+    if error.get("type") == "SystemExit":
+        # sys.exit(N), or sys.exit("text"): Python prints the text and exits with status 1
+        status, text = (message, tail[-1] if tail else "") if message.lstrip("-").isdigit() else ("1", message)
+        return f"the script exited with status {status}" + (f": {text}" if text else "")
+    return f"the script raised {error.get('type')}" + (f": {message}" if message else "")
+
+
+def _signal_text(number: int) -> str:
+    """`signal SIGSEGV (11): a crash in native code`."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    why = {"SIGSEGV": "a crash in native code", "SIGBUS": "a crash in native code", "SIGILL": "a crash in native code",
+           "SIGABRT": "aborted, e.g. a failed assertion in native code",
+           "SIGKILL": "killed from outside, e.g. out of memory"}.get(name)
+    return f"signal {name} ({number})" + (f": {why}" if why else "")
+
+
+def _output_tail(log: Path) -> tuple[str, ...]:
+    """The script's last lines of output, without the child's own `tracediff:` lines."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ()
+    kept = [line.rstrip()[:300] for line in lines if line.strip() and not line.startswith("tracediff: ")]
+    return tuple(kept[-TAIL_LINES:])
+
+
+def _footer_error(trace: Path) -> dict[str, Any] | None:
+    """What the script raised, from the trace's footer; None if it raised nothing or the trace has no footer."""
+    from tracediff.trace.reader import read_footer
+
+    try:
+        footer = read_footer(trace)
+    except (OSError, UserError):
+        return None
+    error = (footer or {}).get("error")
+    return {k: error.get(k) for k in ("type", "message")} if isinstance(error, dict) else None
 
 
 def _last_line(log: Path) -> str:
@@ -68,18 +123,16 @@ def check_script(script: str) -> Path:
 
 
 def new_run_dir(base: str | os.PathLike[str] | None) -> Path:
-    """The output directory: as given, or .tracediff/<timestamp>/ (unique)."""
+    """The output directory: as given, or .tracediff/<timestamp>/ (unique); UserError if it cannot be written."""
     if base is not None:
-        path = Path(base)
-    else:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = Path(".tracediff") / stamp
-        suffix = 1
-        while path.exists():
-            path = Path(".tracediff") / f"{stamp}-{suffix}"
-            suffix += 1
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+        return ensure_dir(base, "--out-dir")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(".tracediff") / stamp
+    suffix = 1
+    while path.exists():
+        path = Path(".tracediff") / f"{stamp}-{suffix}"
+        suffix += 1
+    return ensure_dir(path, "output directory")
 
 
 def trace_name(slot: str, backend: str | None) -> str:
@@ -137,10 +190,12 @@ def record_in_subprocess(
             timed_out = True
             _kill_group(process)
         except KeyboardInterrupt:
-            _kill_group(process)
-            raise
+            _interrupt_group(process)
+            raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {trace}") from None
         relay.join(timeout=5)
-    return RunResult(backend, trace, log, process.returncode, timed_out, time.perf_counter() - start)
+    failed = process.returncode != 0 or timed_out
+    return RunResult(backend, trace, log, process.returncode, timed_out, time.perf_counter() - start,
+                     error=_footer_error(trace) if failed else None, output_tail=_output_tail(log) if failed else ())
 
 
 def _relay(process: subprocess.Popen[str], log_file: object, echo: Callable[[str], None], backend: str | None) -> None:
@@ -148,6 +203,18 @@ def _relay(process: subprocess.Popen[str], log_file: object, echo: Callable[[str
     for line in process.stdout:
         log_file.write(line)  # type: ignore[attr-defined]
         echo(f"[{backend or 'as-written'}] {line.rstrip()}")
+
+
+def _interrupt_group(process: subprocess.Popen[str]) -> None:
+    """Pass Ctrl-C on to the run's process group, so the script stops and its trace gets a footer; then kill
+    whatever is left of the group (workers the script started included), also on a second Ctrl-C."""
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=INTERRUPT_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    finally:
+        _kill_group(process)
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:

@@ -12,11 +12,12 @@ from typing import Any, Callable
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
-from tracediff.errors import ExitCode, TraceFormatError, UserError
+from tracediff.errors import ExitCode, TraceFormatError, UserError, interrupt_keeps
 from tracediff.record.backends import resolve_backend
 from tracediff.report import determinism
 from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.text import render_text
+from tracediff.run import backend_source
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.launcher import RunResult, check_script, new_run_dir, record_in_subprocess, trace_name
 
@@ -27,28 +28,40 @@ def parse_backends(text: str, script: str, allow_one: bool = False) -> list[str]
     if len(names) not in ((1, 2) if allow_one else (2,)) or not all(names):
         raise UserError(f"--backends takes two names separated by a comma (e.g. eager,inductor), got {text!r}")
     for name in names:
-        if ":" in name:
-            check_custom_backend_module(name, script)
-        else:
-            resolve_backend(name)
+        check_backend(name, script)
     return names
 
 
-def check_custom_backend_module(spec: str, script: str) -> None:
-    """Fail fast if `pkg.module:attr` names a module that cannot be found beside the script.
+def check_backend(name: str, script: str) -> None:
+    """A backend name that can run: registered with torch, or a custom `module:attr` beside the script."""
+    if ":" in name:
+        check_custom_backend_module(name, script)
+    else:
+        resolve_backend(name)
 
-    Only looks the module up (no user code runs here); the child imports it.
+
+def check_custom_backend_module(spec: str, script: str) -> None:
+    """Fail fast if `pkg.module:attr` names a module that cannot be found beside the script, or that
+    plainly does not define `attr`.
+
+    Runs no user code (the child imports the module): the module is found with
+    `find_spec` and its source read with `ast` (see `backend_source`).
     """
-    module_name = spec.partition(":")[0]
+    module_name, _, attr = spec.partition(":")
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        found = importlib.util.find_spec(module_name) is not None
+        found = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        found = False
+        found = None
     finally:
         sys.path.pop(0)
-    if not found:
+    if found is None:
         raise UserError(f"backend {spec!r}: cannot import module {module_name!r} (not found beside the script or on sys.path)")
+    name = attr.split(".")[0]
+    if not name:
+        raise UserError(f"backend {spec!r}: no attribute after the colon; write module:function")
+    if found.origin and found.origin.endswith(".py") and not backend_source.defines(Path(found.origin), name):
+        raise UserError(f"backend {spec!r}: {found.origin} defines no {name!r} at top level")
 
 
 def run_and_diff(
@@ -69,6 +82,13 @@ def run_and_diff(
     """
     path = check_script(script)
     run_dir = new_run_dir(out_dir)
+    with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
+        return _run_and_diff(path, script_args, backends, config, run_dir, echo, narrow_fused, calibrate, sample)
+
+
+def _run_and_diff(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
+                  echo: Callable[[str], None], narrow_fused: bool, calibrate: bool,
+                  sample: AlignmentSample | None) -> dict[str, Any]:
     runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo)
             for slot, backend in zip("ab", backends)]
     noise_trace = None
@@ -95,9 +115,9 @@ def record_run(path: Path, script_args: list[str], backend: str, trace: Path, co
         path, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
         fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=float64,
     )
-    echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
-    if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import
+    if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import: said once, as the error
         raise UserError(result.failure() or f"backend {backend}: bad usage")
+    echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
     return result
 
 
@@ -139,6 +159,14 @@ def bisect_script(
     if report["verdict"] != "diverged":
         return report
     run_dir = Path(report["run_dir"])
+    with interrupt_keeps(f"the traces and report of eager vs {backend} are in {run_dir}; the bisection was cut short"):
+        return _bisect(report, script, script_args, backend, config, run_dir, echo)
+
+
+def _bisect(report: dict[str, Any], script: str, script_args: list[str], backend: str, config: Config,
+            run_dir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
+    from tracediff.bisect.compiler import bisect_report, run_bisection
+
     echo(f"tracediff: bisecting {backend} with torch's CompilerBisector (one recorded run per step)")
     reference = Path(report["traces"][0])  # the eager trace just recorded
     result, log = run_bisection(check_script(script), script_args, backend, reference, config, run_dir, echo)

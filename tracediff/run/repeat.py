@@ -10,9 +10,11 @@ Every comparison is summarized under `repeat`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from tracediff.config import Config
+from tracediff.errors import interrupt_keeps
 from tracediff.report.text import describe_comparison
 from tracediff.run.launcher import RunResult, check_script, new_run_dir, trace_name
 from tracediff.run.narrow import narrow, needs_narrowing
@@ -46,6 +48,12 @@ def run_repeated(
 ) -> dict[str, Any]:
     path = check_script(script)
     run_dir = new_run_dir(out_dir)
+    with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
+        return _run_repeated(path, script_args, backends, repeat, config, run_dir, echo, narrow_fused)
+
+
+def _run_repeated(path: Path, script_args: list[str], backends: list[str], repeat: int, config: Config,
+                  run_dir: Path, echo: Callable[[str], None], narrow_fused: bool) -> dict[str, Any]:
     unique = list(dict.fromkeys(backends))
     runs: dict[str, list[RunResult]] = {}
     for backend in unique:

@@ -1,0 +1,62 @@
+"""Output paths, checked before anything runs.
+
+A run can take minutes; an output path that cannot be written must fail
+before it starts, as one line and exit 2, not as a traceback (exit 1 would
+read as "divergence") after the runs. Writability is probed by creating a
+file, not with `os.access`: as root, permission bits say nothing, while a
+parent that is a regular file or a read-only file system still fails.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from tracediff.errors import UserError
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+def ensure_dir(path: str | os.PathLike[str], option: str) -> Path:
+    """Create the directory `path` (and its parents) and check a file can be made in it."""
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"{option} {path}: exists and is not a directory") from None
+    except OSError as e:
+        raise UserError(f"{option} {path}: cannot create the directory ({_reason(e)})") from None
+    _probe(target, f"{option} {path}")
+    return target
+
+
+def check_file(path: str | os.PathLike[str], option: str) -> Path:
+    """A file path that can be created or overwritten; its directory must exist."""
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(f"{option} {path}: is a directory; give a file name")
+    parent = target.parent
+    if not parent.exists():
+        raise UserError(f"{option} {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise UserError(f"{option} {path}: {parent} is not a directory")
+    if target.exists():
+        try:
+            with open(target, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            raise UserError(f"{option} {path}: cannot write ({_reason(e)})") from None
+    else:
+        _probe(parent, f"{option} {path}")
+    return target
+
+
+def _probe(directory: Path, what: str) -> None:
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise UserError(f"{what}: cannot write in {directory} ({_reason(e)})") from None
