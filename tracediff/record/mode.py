@@ -27,7 +27,8 @@ from torch.utils._python_dispatch import (
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from tracediff.record.device_fingerprints import DeviceFingerprints
-from tracediff.record.fingerprint import fingerprint, has_data
+from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
+from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import SourceFinder
 from tracediff.trace.schema import KERNEL, OP, REGION
@@ -244,11 +245,14 @@ class TraceRecorder(TorchDispatchMode):
     def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
         """On the host, or for a CUDA tensor a placeholder filled when its batch is read
         (exact mode hashes bytes on the host, so it reads CUDA tensors at once)."""
-        if t.is_cuda and not self.exact and has_data(t):
-            if self.device_fingerprints is None:
-                self.device_fingerprints = DeviceFingerprints()
-            return self.device_fingerprints.submit(t)
-        return fingerprint(t, exact=self.exact)
+        try:
+            if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
+                if self.device_fingerprints is None:
+                    self.device_fingerprints = DeviceFingerprints()
+                return self.device_fingerprints.submit(t)
+            return fingerprint(t, exact=self.exact)
+        except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
+            return None
 
     # -- writing records -----------------------------------------------------------
 
@@ -296,7 +300,14 @@ class TraceRecorder(TorchDispatchMode):
         """
         previous, self._internal = self._internal, True
         try:
-            return [self._describe(name, t, written=written) for name, t in named]
+            described = []
+            with outside_transforms(named) as plain:
+                for name, t, level in plain:
+                    tensor = self._describe(name, t, written=written)
+                    if level is not None:
+                        tensor["ft"] = level  # a torch.func wrapper, described by the tensor it wraps
+                    described.append(tensor)
+            return described
         finally:
             self._internal = previous
 

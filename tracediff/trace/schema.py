@@ -33,6 +33,8 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          "sh": [2, 3], "dev": "cpu", "fp": fingerprint | null}
          `id` is stable for one tensor object within a trace, so an input whose id
          equals an earlier output's id was produced by that op (dataflow).
+         "ft": level (regions and kernels only): a torch.func wrapper (vmap, grad, jvp)
+         seen outside the dispatcher, described by the tensor it wraps (record/functorch.py).
 """
 
 from __future__ import annotations
