@@ -89,6 +89,8 @@ class CompileRedirect:
 
         @functools.wraps(fn)
         def region_call(*args: Any, **kwargs: Any) -> Any:
+            if not recorder.records_here():  # another thread, or a forked child
+                return compiled(*args, **kwargs)
             call = self._next_call(region)
             recorder.region_enter(name, root, region, call, _flat_tensors("in", (args, kwargs)))
             out = compiled(*args, **kwargs)
@@ -109,10 +111,14 @@ class CompileRedirect:
         active_calls: list[int] = []
 
         def pre_hook(_mod: torch.nn.Module, args: Any, kwargs: Any) -> None:
+            if not recorder.records_here():  # another thread, or a forked child
+                return
             active_calls.append(self._next_call(region))
             recorder.region_enter(name, root, region, active_calls[-1], _flat_tensors("in", (args, kwargs)))
 
         def post_hook(_mod: torch.nn.Module, _args: Any, _kwargs: Any, out: Any) -> None:
+            if not recorder.records_here():
+                return
             call = active_calls.pop() if active_calls else 0
             recorder.region_exit(name, region, call, _flat_tensors("out", out))
 

@@ -15,7 +15,9 @@ float64 copy of every tensor, four times the memory traffic):
   n     number of (real) elements; complex tensors count real and imaginary parts
 
 plus, in exact mode, `hash`: a digest of the raw bytes, for bitwise comparison.
-Fake and meta tensors have no data and get no fingerprint (None).
+Fake and meta tensors have no data and get no fingerprint (None). Efficient
+zero tensors (`torch._efficientzerotensor`, made by forward-mode AD and
+torch.func) have no memory either, but their value is known: all zeros.
 """
 
 from __future__ import annotations
@@ -78,6 +80,22 @@ def empty_fingerprint() -> dict[str, Any]:
     return {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0}
 
 
+def is_zero_tensor(t: torch.Tensor) -> bool:
+    """An efficient zero tensor: all zeros, with no memory behind it.
+
+    Under a dispatch mode its ZeroTensor dispatch key is already handled, so
+    an op on it would read its null data pointer (a segfault, not an error).
+    """
+    return t._is_zerotensor()
+
+
+def zero_fingerprint(t: torch.Tensor) -> dict[str, Any]:
+    """The fingerprint of `t`'s value if it were all zeros, computed without reading it."""
+    fp = empty_fingerprint()
+    fp["n"] = t.numel() * (2 if t.is_complex() else 1)
+    return fp
+
+
 def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
     """Fingerprint of one tensor, read on the host (one `.tolist()`), or None when
     it has no data to read.
@@ -89,6 +107,11 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
     """
     if not has_data(t):
         return None
+    if is_zero_tensor(t):
+        fp = zero_fingerprint(t)
+        if exact:
+            fp["hash"] = content_hash(t)
+        return fp
     with torch.no_grad():
         x = as_real(t)
         n = x.numel()
@@ -122,6 +145,8 @@ def _nonfinite_fingerprint(x: torch.Tensor) -> dict[str, Any]:
 def content_hash(t: torch.Tensor) -> str:
     """Digest of the logical contents (shape, dtype and values in row-major order)."""
     x = t.detach()
+    if is_zero_tensor(x):  # no memory to read: hash the zeros it stands for
+        x = torch.zeros(x.shape, dtype=x.dtype)
     if x.is_conj():
         x = x.resolve_conj()
     if x.is_neg():

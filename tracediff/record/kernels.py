@@ -297,7 +297,7 @@ class KernelCapture:
     def _record_launch(self, kernel: Callable[..., Any], name: str, site: str | None, info: GraphKernels,
                        named: list[tuple[str, Any]], args: tuple, kwargs: dict) -> Any:
         recorder = self.recorder
-        if recorder.internal:
+        if recorder.internal or not recorder.records_here():
             return kernel(*args, **kwargs)
         tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])

@@ -12,17 +12,23 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _get_current_dispatch_mode,
+    _get_current_dispatch_mode_stack,
+)
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from tracediff.record.device_fingerprints import DeviceFingerprints
-from tracediff.record.fingerprint import fingerprint, has_data
+from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
+from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import SourceFinder
 from tracediff.trace.schema import KERNEL, OP, REGION
@@ -170,6 +176,11 @@ class TraceRecorder(TorchDispatchMode):
         self._regions: list[str | None] = []
         # True while tracediff itself computes (fingerprints): those ops are not the program's.
         self._internal = False
+        # The thread that entered the recorder: other threads' regions and kernels are not recorded.
+        self._thread: int | None = None
+        # In a forked child (record/fork.py): nothing is recorded; the first op reports the child.
+        self._in_child = False
+        self._report_child: Callable[[], None] | None = None
         # Per-op and per-tensor facts that never change, worked out once (names are strings).
         self._op_info: dict[Any, _OpInfo] = {}
         self._dtype_names: dict[torch.dtype, str] = {}
@@ -234,11 +245,14 @@ class TraceRecorder(TorchDispatchMode):
     def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
         """On the host, or for a CUDA tensor a placeholder filled when its batch is read
         (exact mode hashes bytes on the host, so it reads CUDA tensors at once)."""
-        if t.is_cuda and not self.exact and has_data(t):
-            if self.device_fingerprints is None:
-                self.device_fingerprints = DeviceFingerprints()
-            return self.device_fingerprints.submit(t)
-        return fingerprint(t, exact=self.exact)
+        try:
+            if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
+                if self.device_fingerprints is None:
+                    self.device_fingerprints = DeviceFingerprints()
+                return self.device_fingerprints.submit(t)
+            return fingerprint(t, exact=self.exact)
+        except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
+            return None
 
     # -- writing records -----------------------------------------------------------
 
@@ -261,7 +275,7 @@ class TraceRecorder(TorchDispatchMode):
         fingerprints are written as null: the records themselves still stand.
         """
         device = self.device_fingerprints
-        if device is None:
+        if device is None or self._in_child:
             return
         try:
             device.finish()
@@ -284,11 +298,18 @@ class TraceRecorder(TorchDispatchMode):
 
         written: generated code just wrote these tensors (see `_describe`).
         """
-        self._internal = True
+        previous, self._internal = self._internal, True
         try:
-            return [self._describe(name, t, written=written) for name, t in named]
+            described = []
+            with outside_transforms(named) as plain:
+                for name, t, level in plain:
+                    tensor = self._describe(name, t, written=written)
+                    if level is not None:
+                        tensor["ft"] = level  # a torch.func wrapper, described by the tensor it wraps
+                    described.append(tensor)
+            return described
         finally:
-            self._internal = False
+            self._internal = previous
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -301,8 +322,37 @@ class TraceRecorder(TorchDispatchMode):
 
     @property
     def internal(self) -> bool:
-        """True while tracediff itself is computing (its ops are not the program's)."""
+        """True while tracediff itself is computing (its ops are not the program's),
+        and always in a forked child, which records nothing."""
         return self._internal
+
+    def records_here(self) -> bool:
+        """Whether what runs on the calling thread belongs in this trace.
+
+        The dispatch mode is thread-local: ops of a thread the program started
+        never reach it, so that thread's compiled-region calls and kernel
+        launches are left out too (they would interleave with the recording
+        thread's records). Threads that carry the mode are recorded: autograd's
+        device threads run a backward with the caller's thread-local state.
+        """
+        if self._in_child:
+            return False
+        if threading.get_ident() == self._thread:
+            return True
+        return any(mode is self for mode in _get_current_dispatch_mode_stack())
+
+    def stop_in_child(self, report: Callable[[], None]) -> None:
+        """After a fork, in the child: record nothing from now on; call `report` once,
+        at the child's first op (so the parent can count children that ran ops).
+
+        The child's ops are not the recorded process's; records held for device
+        fingerprints belong to the parent, which writes them itself.
+        """
+        self._in_child = True
+        self._internal = True  # the dispatch fast path: every op passes straight through
+        self._report_child = report
+        self._held.clear()
+        self.device_fingerprints = None  # CUDA cannot be used in a forked child
 
     @property
     def next_index(self) -> int:
@@ -319,6 +369,9 @@ class TraceRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if self._internal or func.namespace in _SKIPPED_NAMESPACES or _inductor_benchmarking():
+            if self._report_child is not None:  # a forked child's first op
+                report, self._report_child = self._report_child, None
+                report()
             return func(*args, **kwargs)
         if _is_fake_context((*args, *kwargs.values())):
             return func(*args, **kwargs)
@@ -416,6 +469,7 @@ class TraceRecorder(TorchDispatchMode):
     # -- lifetime ------------------------------------------------------------------
 
     def __enter__(self) -> "TraceRecorder":
+        self._thread = threading.get_ident()
         self.modules.__enter__()
         return super().__enter__()
 

@@ -18,6 +18,7 @@ from the FX graph (record/source).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -45,6 +46,8 @@ class ModuleStack:
         self._stack: list[tuple[str, int]] = []  # (module path, first sequence number of its call)
         self._by_sequence: OrderedDict[int, str] = OrderedDict()
         self._handles: list[Any] = []
+        # Module calls on other threads are not this recording's (the dispatch mode is thread-local).
+        self._thread: int | None = None
 
     # -- names ----------------------------------------------------------------------
 
@@ -65,13 +68,19 @@ class ModuleStack:
 
     # -- hooks ------------------------------------------------------------------------
 
+    def _elsewhere(self) -> bool:
+        """A module call that is not this recording's: on another thread (the dispatch mode
+        is thread-local, so that thread's ops are not recorded either), or one dynamo is
+        tracing (module hooks do not run in compiled code; dynamo cannot trace a thread id)."""
+        return torch.compiler.is_compiling() or threading.get_ident() != self._thread
+
     def _enter(self, module: torch.nn.Module, _inputs: Any) -> None:
-        if _is_optimized_module(module) or _in_compiled_module():
+        if self._elsewhere() or _is_optimized_module(module) or _in_compiled_module():
             return
         self._stack.append((self.name_of(module), torch._C._autograd._get_sequence_nr()))
 
     def _exit(self, module: torch.nn.Module, _inputs: Any, _outputs: Any) -> None:
-        if _is_optimized_module(module) or _in_compiled_module() or not self._stack:
+        if self._elsewhere() or _is_optimized_module(module) or _in_compiled_module() or not self._stack:
             return
         name = self.name_of(module)
         # Pop to this module's entry (a module that raised may have left inner entries behind).
@@ -108,6 +117,7 @@ class ModuleStack:
     def __enter__(self) -> "ModuleStack":
         from torch.nn.modules import module as module_hooks
 
+        self._thread = threading.get_ident()
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._enter),
             module_hooks.register_module_forward_hook(self._exit, always_call=True),

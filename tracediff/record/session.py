@@ -25,6 +25,7 @@ import tracediff
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
 from tracediff.record.fingerprint import FINGERPRINT_KINDS
+from tracediff.record.fork import ForkGuard
 from tracediff.record.kernels import KernelCapture
 from tracediff.record.mode import TraceRecorder
 from tracediff.trace.writer import TraceWriter
@@ -103,6 +104,7 @@ class RecordingSession:
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
         self.kernels: KernelCapture | None = None
+        self.forks: ForkGuard | None = None
         self._restore_fallback_random: bool | None = None
         self._started = 0.0
         self._warnings = warnings.catch_warnings()
@@ -140,6 +142,8 @@ class RecordingSession:
         self.recorder = self.recorder_factory(self.writer, self.exact)
         self.redirect = CompileRedirect(self.backend, self.recorder)
         self.kernels = KernelCapture(self.recorder)
+        self.forks = ForkGuard(self.recorder, self.writer)
+        self.forks.__enter__()
         self.kernels.__enter__()
         self._warnings.__enter__()
         # Our module tracker's global hooks make torch warn about compiled modules;
@@ -153,7 +157,7 @@ class RecordingSession:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         import torch._inductor.config as inductor_config
 
-        assert self.writer and self.recorder and self.redirect and self.kernels
+        assert self.writer and self.recorder and self.redirect and self.kernels and self.forks
         try:
             self.recorder.__exit__(exc_type, exc, tb)
         finally:
@@ -164,10 +168,11 @@ class RecordingSession:
             try:
                 self.recorder.finish()  # records held for device fingerprints, also when the script raised
             finally:
+                self.forks.__exit__(exc_type, exc, tb)  # counts the children before the footer
                 self.writer.close(self.footer(exc))
 
     def footer(self, exc: BaseException | None) -> dict[str, Any]:
-        assert self.recorder and self.redirect
+        assert self.recorder and self.redirect and self.forks
         error = None
         if exc is not None and not _is_clean_exit(exc):
             error = {
@@ -180,6 +185,8 @@ class RecordingSession:
             "compile_calls": self.redirect.compile_calls,
             "dropped_compile_options": self.redirect.dropped_options,
             "elapsed_s": round(time.perf_counter() - self._started, 3),
+            # Forked children that ran ops: their ops are not in this trace (record/fork.py).
+            "child_processes": self.forks.children,
             "error": error,
             "local_modules": local_modules(self.script_dir) if self.script_dir else [],
         }

@@ -130,6 +130,10 @@ def build_report(
         notes.append("no op of A could be paired with one of B: are these recordings of the same program?")
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
+    children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))
+    if children:
+        notes.append(f"{children} forked child process(es) (e.g. DataLoader workers) ran ops that are not recorded: "
+                     "only the main process is traced")
 
     report = {
         "verdict": verdict,

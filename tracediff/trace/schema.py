@@ -26,12 +26,15 @@ kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fu
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
          "compile_calls": n, "error": null | {"type", "message", "traceback"},
          "local_modules": [{"name", "file"}...] (modules imported from the script's folder;
-         `tracediff repro` copies them beside the repro)}
+         `tracediff repro` copies them beside the repro),
+         "child_processes": n (forked children that ran ops; never recorded, record/fork.py)}
 
 tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          "sh": [2, 3], "dev": "cpu", "fp": fingerprint | null}
          `id` is stable for one tensor object within a trace, so an input whose id
          equals an earlier output's id was produced by that op (dataflow).
+         "ft": level (regions and kernels only): a torch.func wrapper (vmap, grad, jvp)
+         seen outside the dispatcher, described by the tensor it wraps (record/functorch.py).
 """
 
 from __future__ import annotations

@@ -72,6 +72,20 @@ class TraceWriter:
         self._write_line({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
         self._file.close()
 
+    def silence_in_child(self) -> None:
+        """After a fork, in the child: send whatever this process writes to the file to /dev/null.
+
+        The child inherits the open file (its offset is shared with the parent)
+        and the writer's unflushed bytes: a flush or close at the child's exit,
+        or a gzip trailer, would land in the parent's trace. Pointing the
+        child's copy of the descriptor at /dev/null leaves the parent's intact.
+        """
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._file.fileno())
+        finally:
+            os.close(null)
+
     def abandon(self) -> None:
         """Close without a footer: the file reads back as truncated."""
         if not self._file.closed:
