@@ -94,6 +94,21 @@ def test_uninitialized_outputs_are_marked(tmp_path: Path) -> None:
     assert empty["out"][0]["uninit"] is True
 
 
+def test_rnn_workspace_is_marked_uninitialized_but_its_results_are_not(tmp_path: Path) -> None:
+    # A CPU LSTM in training returns a uint8 workspace for its backward, partly
+    # never written: its bytes differ run to run, so comparing it is a false alarm.
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 4, batch_first=True)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        lstm(torch.randn(2, 3, 4, requires_grad=True))[0].sum().backward()
+    ops = _ops(tmp_path / "t.jsonl")
+    (layer,) = [r for r in ops if r["op"] == "aten::mkldnn_rnn_layer"]
+    marked = {t["a"]: bool(t.get("uninit")) for t in layer["out"]}
+    assert marked == {"0": False, "1": False, "2": False, "3": True}
+    assert layer["out"][3]["dt"] == "uint8"
+    assert any(r["op"] == "aten::mkldnn_rnn_layer_backward" for r in ops)
+
+
 def test_backward_ops_are_tagged(tmp_path: Path) -> None:
     net = Net()
     x = torch.randn(2, 4, requires_grad=True)

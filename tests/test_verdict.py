@@ -233,3 +233,35 @@ def test_computing_with_uninitialized_memory_is_still_found(tmp_path: Path) -> N
 
     first = _report(build("a.jsonl", torch.ones(3, 4)), build("b.jsonl", torch.zeros(3, 4)))["first_divergence"]
     assert first is not None and first["op"] == "aten::empty.memory_format"
+
+
+def test_inplace_and_functional_forms_with_other_tensor_arguments_are_not_compared(tmp_path: Path) -> None:
+    """A compiled Adam step (dynamo sets capturable) scales its denominator by -step_size.
+
+    Eager: `denom = (v.sqrt() / bc2).add_(eps)`, `p.addcdiv_(m, denom, value=-lr)`, with
+    Python floats; compiled: `(v.sqrt() / (bc2 * -lr)).add(eps / -lr)` with tensors,
+    `p.addcdiv(m, denom)`. The denominators are different quantities; the parameter agrees.
+    """
+    v, m, p = X.abs() + 0.1, X * 0.5, W[:3]
+    lr, bc2, eps = 0.1, 0.5, 1e-8
+    denom = v.sqrt() / bc2 + eps
+    scaled = v.sqrt() / (bc2 * -lr) + eps / -lr
+    new_p = p + -lr * m / denom
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    t = a.tensor
+    a.op("aten::sqrt", [t("v", v)], [t("s", v.sqrt(), "0")], src="adam.py:5")
+    a.op("aten::div.Tensor", [t("s", v.sqrt())], [t("q", v.sqrt() / bc2, "0")], src="adam.py:5")
+    a.op("aten::add_.Tensor", [t("q", v.sqrt() / bc2)], [t("denom", denom, "0")], src="adam.py:5")
+    a.op("aten::addcdiv_", [t("p", p), t("m", m, "tensor1"), t("denom", denom, "tensor2")], [t("p1", new_p, "0")],
+         src="adam.py:6")
+    t = b.tensor
+    b.op("aten::sqrt", [t("v", v)], [t("s", v.sqrt(), "0")], src="adam.py:5")
+    k = torch.tensor(bc2 * -lr)
+    b.op("aten::div.Tensor", [t("s", v.sqrt()), t("k", k, "other")], [t("q", v.sqrt() / k, "0")], src="adam.py:5")
+    b.op("aten::add.Tensor", [t("q", v.sqrt() / k), t("e", torch.tensor(eps / -lr), "other")],
+         [t("denom", scaled, "0")], src="adam.py:5")
+    b.op("aten::addcdiv", [t("p", p), t("m", m, "tensor1"), t("denom", scaled, "tensor2")],
+         [t("p1", p + m / scaled, "0")], src="adam.py:6")
+    assert torch.allclose(new_p, p + m / scaled)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]

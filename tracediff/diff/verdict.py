@@ -319,11 +319,13 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
 
     - Same op, called with different tensor arguments (inductor on CUDA calls
       `convolution` without its bias and adds the bias in a fused kernel): the
-      outputs are different quantities.
+      outputs are different quantities. In-place and functional forms count as
+      the same op (`add_` vs `add`): a compiled Adam step calls
+      `denom.add(eps / -lr)` with a tensor where eager calls `denom.add_(eps)`.
     - Different ops paired on shapes alone: only a substitution (cos computed
       as sin) when both read values that were compared and agree.
     """
-    if ra["t"] == OP and rb["t"] == OP and ra["op"] == rb["op"] and (
+    if ra["t"] == OP and rb["t"] == OP and base_op(ra["op"]) == base_op(rb["op"]) and (
             _tensor_args(ra) != _tensor_args(rb) or _inputs_mismatch(ra, rb, by_name)):
         return False  # the same op on other arguments, or on inputs of other shapes: other quantities
     if tier == SHAPE_TIER and not _same_op(ra, rb):

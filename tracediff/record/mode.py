@@ -53,6 +53,16 @@ UNINITIALIZED_OUTPUT_OPS = _UNINITIALIZED_OUTPUT_OPS = frozenset(
      "aten::empty_permuted"}
 )
 
+# Outputs that are a kernel's private scratch, kept for its backward: an RNN's
+# workspace/reserve (`mkldnn_rnn_layer`'s output 3, `_cudnn_rnn`'s and
+# `miopen_rnn`'s output 3). Parts of it are never written, so its bytes differ run
+# to run like `empty`'s; marked the same way, by output name, and never compared.
+_SCRATCH_OUTPUTS: dict[str, frozenset[str]] = {
+    "aten::mkldnn_rnn_layer": frozenset({"3"}),
+    "aten::_cudnn_rnn": frozenset({"3"}),
+    "aten::miopen_rnn": frozenset({"3"}),
+}
+
 
 def op_name(func: Any) -> str:
     """`aten::cos` for a default overload, `aten::addmm.out` otherwise."""
@@ -88,14 +98,16 @@ class _OpInfo:
     arguments: tuple[tuple[str, bool, bool], ...]  # (name, written, out buffer) per schema argument
     by_name: dict[str, tuple[str, bool, bool]]
     layout_view: bool
-    uninitialized: bool
+    uninitialized: bool  # every output is uninitialized memory
+    scratch_outputs: frozenset[str]  # names of outputs that are uninitialized scratch
 
     @classmethod
     def of(cls, func: Any) -> "_OpInfo":
         arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
         schema_name = func._schema.name
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
-                   schema_name in _LAYOUT_VIEWS, schema_name in _UNINITIALIZED_OUTPUT_OPS)
+                   schema_name in _LAYOUT_VIEWS, schema_name in _UNINITIALIZED_OUTPUT_OPS,
+                   _SCRATCH_OUTPUTS.get(schema_name, frozenset()))
 
 
 _NO_ARG = ("", False, False)
@@ -395,9 +407,10 @@ class TraceRecorder(TorchDispatchMode):
             same_as = self._layout_view_fingerprint(info, inputs)
             outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as)
                        for name, t in _output_tensors(result)]
-            if info.uninitialized:
+            if info.uninitialized or info.scratch_outputs:
                 for out in outputs:
-                    out["uninit"] = True
+                    if info.uninitialized or out["a"] in info.scratch_outputs:
+                        out["uninit"] = True
             self._write_op(info, args, kwargs, inputs, outputs)
         finally:
             self._internal = False
