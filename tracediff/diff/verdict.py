@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tracediff.config import Config, Tolerance
+from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
 from tracediff.diff.garbage import Garbage
@@ -94,6 +95,7 @@ class DiffResult:
     noise: Noise | None = None  # calibrated per-tensor noise the comparison used
     passed_by_noise: int = 0  # compared tensors beyond the tolerance but within the noise
     closest_to_noise: float = 0.0  # largest multiple of its noise a tensor passed only by noise reached
+    amplified: Amplified | None = None  # values that differ only by amplified sub-tolerance differences
 
     @property
     def nan_origin_a(self) -> "NanOrigin | None":
@@ -134,15 +136,19 @@ class _Produced:
 class _Walker:
     """Trace A's producers: of values not known to agree (walk back), and of values that agreed."""
 
-    def __init__(self, garbage: Garbage) -> None:
+    def __init__(self, garbage: Garbage, amplified: Amplified) -> None:
         self.garbage = garbage
+        self.amplified = amplified
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
 
-    def unknown(self, record: dict[str, Any], candidate: bool) -> None:
+    def unknown(self, record: dict[str, Any], candidate: bool, compared: bool = False) -> None:
+        """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
                           preserves_values(record))
+        if not compared:
+            self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
             self.agreed.pop(_key(t), None)
             _put_bounded(self.unknown_producers, _key(t), entry)
@@ -150,6 +156,7 @@ class _Walker:
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
+        self.amplified.forget(record)
         for t in record.get("out", ()):
             key = _key(t)
             self.unknown_producers.pop(key, None)
@@ -242,8 +249,9 @@ class _Comparer:
         return tolerance
 
     def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool,
-              rels: list[float] | None = None) -> tuple[list[TensorDiff], int]:
-        """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff."""
+              rels: list[float] | None = None, passed: list | None = None) -> tuple[list[TensorDiff], int]:
+        """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff,
+        `passed` every agreeing pair with its comparison."""
         op = ra.get("op") or ra.get("name") or ""
         out: list[TensorDiff] = []
         compared = 0
@@ -265,6 +273,8 @@ class _Comparer:
                 rels.append(result.rel_diff)
             if not result.ok:
                 out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+            elif passed is not None:
+                passed.append((ta, tb, result))
         return out, compared
 
 
@@ -342,10 +352,13 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     result = DiffResult(a, b, noise=noise)
     compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
     comparer = _Comparer(config, noise)
-    walker = _Walker(comparer.garbage)
+    amplified = result.amplified = Amplified()
+    walker = _Walker(comparer.garbage, amplified)
     b_side = _BSide(b.path)
     rejected = 0
     alignable_index = -1
+    # A's compiled regions: open ones, and whether any was seen (ops outside them run eagerly in both runs).
+    open_regions, seen_regions = 0, False
 
     def example(side: str, record: dict[str, Any]) -> None:
         if (record["t"] == REGION or not compiled) and len(result.structure) < _STRUCTURE_EXAMPLES:
@@ -357,6 +370,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             sample.diverged()  # found at the previous row
         comparer.precision.record(ra)
         comparer.garbage.record(ra)
+        if ra["t"] == REGION:
+            seen_regions = True
+            open_regions = open_regions + 1 if ra["ev"] == "enter" else max(open_regions - 1, 0)
         if not alignable(ra):
             walker.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
             continue
@@ -408,7 +424,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.inherited_complete = False
                 break
             continue
-        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name)
+        passed: list = []
+        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed)
+        # Inputs that differ only because an earlier op amplified sub-tolerance noise are no cause here.
+        carried = [d for d in in_diffs if _input_origin(ra, d, amplified) is not None]
+        in_diffs = [d for d in in_diffs if _input_origin(ra, d, amplified) is None]
 
         fused_kernel = rb["t"] == KERNEL and len(rb.get("fuses") or ()) != 1
         if (ra["t"] == REGION and ra["ev"] == "exit") or fused_kernel:
@@ -416,18 +436,38 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             # fuses: those are the candidates. Their inputs are not comparable one to one.
             if out_diffs:
                 bad = [t for t in ra.get("out", []) if t["a"] in {d.arg for d in out_diffs}]
-                if ra["t"] == OP:
-                    walker.unknown(ra, candidate=True)  # the chain's last op is a candidate too
-                result.first = _from_walk(ra, rb, walker.walk_back(bad), out_diffs, inputs_agree=True)
+                # A kernel reading an amplified value: its differences are amplified too (fused, so unseen).
+                origin = amplified.origin_of_reads(ra) if fused_kernel else None
+                if origin is not None:
+                    amplified.mark(bad, origin)
+                    walker.unknown(ra, candidate=False, compared=True)
+                elif ra["t"] == REGION and bad and all(amplified.origin(t) for t in bad):
+                    # Amplified noise changes the program's results beyond the tolerance: never a match.
+                    result.first = _amplified_reached(ra, rb, amplified.origin(bad[0]), out_diffs)
+                else:
+                    bad = [t for t in bad if amplified.origin(t) is None]
+                    if ra["t"] == OP:
+                        walker.unknown(ra, candidate=True)  # the chain's last op is a candidate too
+                    result.first = _from_walk(ra, rb, walker.walk_back(bad), out_diffs, inputs_agree=True)
             else:
                 walker.known(ra)
             continue
-        if out_diffs and not in_diffs:
+        if out_diffs and not in_diffs and carried:
+            # Differs only because it reads amplified values: amplified too, not a cause.
+            amplified.mark(_differing(ra, out_diffs), _input_origin(ra, carried[0], amplified))
+            walker.unknown(ra, candidate=False, compared=True)
+        elif out_diffs and not in_diffs:
             worst = _worst(out_diffs)
-            if _inputs_mismatch(ra, rb, by_name):  # never claim agreement of inputs that could not be compared
+            mismatch = _inputs_mismatch(ra, rb, by_name)
+            why = None if mismatch or worst.comparison.nonfinite else amplifies(ra, rb, passed, seen_regions and not open_regions)
+            if mismatch:  # never claim agreement of inputs that could not be compared
                 note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
                         f"{Place.of(rb).op} (other shapes or dtypes)")
                 result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note)
+            elif why is not None:
+                # Possibly ill-conditioned on noise below the tolerance: judged by whether it reaches a region's exit.
+                amplified.mark(_differing(ra, out_diffs), Amplifier(Place.of(ra), Place.of(rb), worst, why))
+                walker.unknown(ra, candidate=False, compared=True)
             else:
                 result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, True,
                                           "inputs agree, outputs differ")
@@ -456,6 +496,25 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
                                   f"{result.structure_count} structure difference(s): {detail}")
     return result
+
+
+def _differing(record: dict[str, Any], diffs: list[TensorDiff]) -> list[dict[str, Any]]:
+    args = {d.arg for d in diffs}
+    return [t for t in record.get("out", ()) if t["a"] in args]
+
+
+def _input_origin(ra: dict[str, Any], d: TensorDiff, amplified: Amplified) -> Amplifier | None:
+    """The amplifier behind a differing input of `ra`, if its difference is amplified noise."""
+    return next((amplified.origin(t) for t in ra.get("in", ()) if t["a"] == d.arg), None)
+
+
+def _amplified_reached(ra: dict, rb: dict, origin: Amplifier, diffs: list[TensorDiff]) -> Divergence:
+    """Amplified sub-tolerance noise reaches a compiled region's outputs beyond the tolerance: blame the amplifier."""
+    seen = Place.of(ra)
+    note = (f"{origin.describe()}; the amplified difference reaches {seen.op} (#{seen.index}), "
+            f"a compiled region's output, beyond the tolerance ({_worst(diffs).comparison.describe()})")
+    return Divergence(_kind(origin.worst), origin.place, origin.b, (origin.place,), origin.worst, True, note,
+                      observed=seen)
 
 
 def _count_structure(result: DiffResult, partner: array, rejected: int, compiled: bool) -> None:

@@ -128,6 +128,8 @@ def build_report(
                      "so this comparison says nothing about a compiler")
     if result.paired == 0 and not failed:
         notes.append("no op of A could be paired with one of B: are these recordings of the same program?")
+    if first is None and result.amplified is not None and result.amplified.note():
+        notes.append(result.amplified.note())
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
     children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))

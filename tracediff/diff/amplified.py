@@ -1,0 +1,126 @@
+"""Differences an op amplifies from below the tolerance: ill-conditioning, not a compiler fault.
+
+An op whose inputs agree and whose outputs differ is normally the cause. Not
+when its inputs agree only *below* the tolerance: AdamW's m / (sqrt(v) + eps)
+on a parameter whose gradient is mathematically zero (nn.MultiheadAttention's
+key bias: softmax ignores it) turns ~1e-9 rounding noise, which differs by
+backend, into a ~1e-5 step. Two signs that an op only amplifies such noise:
+
+- an input agrees only thanks to the absolute tolerance (its relative
+  difference exceeds rtol: differences at the tolerance's floor, near zero);
+- the op runs eagerly in both runs (the same op, outside every compiled
+  region, in a program that has them) and its inputs differ within the
+  tolerance: the same kernel fed the same values computes the same result, so
+  the output difference comes from the input differences. (Fingerprints are
+  whole-tensor statistics: a near-zero slice of a tensor, like the key bias
+  inside in_proj_bias, is invisible to the first sign.) A trace without region
+  records cannot tell eager ops from compiled ones: there only the first sign
+  counts.
+
+Such an op is remembered, its differing outputs are marked amplified, and so
+are the outputs of later ops that differ only because they read amplified
+values. verdict.py reports the op only if an amplified value reaches a
+compiled region's exit (the program's computed results) beyond the tolerance.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+from tracediff.diff.compare import TensorComparison
+from tracediff.diff.place import Place
+from tracediff.trace.schema import OP
+
+if TYPE_CHECKING:
+    from tracediff.diff.verdict import TensorDiff
+
+Key = tuple[int, Any]  # (tensor id, version), as in verdict.py
+
+_WINDOW = 200_000  # amplified values remembered (like verdict.py's producer window)
+
+
+@dataclass(frozen=True)
+class Amplifier:
+    """An op whose output differences grew from input differences below the tolerance."""
+
+    place: Place  # trace A's op
+    b: Place  # its counterpart in B
+    worst: "TensorDiff"  # its worst differing output
+    why: str  # why its inputs count as agreeing only below the tolerance
+
+    def describe(self) -> str:
+        return (f"{self.why} and it amplifies differences below the tolerance (ill-conditioned), "
+                "not an op computing differently")
+
+
+def amplifies(ra: dict[str, Any], rb: dict[str, Any], passed: Iterable[tuple[dict, dict, TensorComparison]],
+              outside_regions: bool) -> str | None:
+    """Why the paired op (whose inputs agree, outputs differ) may only amplify sub-tolerance
+    differences of its inputs, or None when it computes differently. `passed`: its agreeing inputs;
+    `outside_regions`: A runs it outside every compiled region of a program that has them."""
+    passed = list(passed)
+    loose = [c.rel_diff for _, _, c in passed if c.rel_diff > c.tolerance.rtol]
+    if loose:
+        return f"its inputs agree only within the absolute tolerance (rel diff {max(loose):.3g})"
+    # The exact same op on both sides, none of B's compiled forms (a kernel, an extern `mm.out`).
+    eager = outside_regions and all(r["t"] == OP and "g" not in r for r in (ra, rb)) and ra.get("op") == rb.get("op")
+    noisy = [c.rel_diff for ta, tb, c in passed if ta["fp"] != tb["fp"]]
+    if eager and noisy:
+        return (f"it runs eagerly in both runs (the same kernel) and its inputs differ only within the "
+                f"tolerance (rel diff {max(noisy):.3g})")
+    return None
+
+
+class Amplified:
+    """Trace A's values whose difference is amplified sub-tolerance noise, each with its origin."""
+
+    def __init__(self) -> None:
+        self._origin: OrderedDict[Key, Amplifier] = OrderedDict()
+        self.first: Amplifier | None = None
+        self.values = 0  # paired values seen differing only by amplification
+
+    @staticmethod
+    def _key(t: dict[str, Any]) -> Key:
+        return t["id"], t.get("v")
+
+    def origin(self, t: dict[str, Any]) -> Amplifier | None:
+        return self._origin.get(self._key(t))
+
+    def origin_of_reads(self, record: dict[str, Any]) -> Amplifier | None:
+        """The amplifier behind the first amplified value the record reads, if any."""
+        return next((o for o in map(self.origin, record.get("in", ())) if o is not None), None)
+
+    def mark(self, tensors: Iterable[dict[str, Any]], origin: Amplifier, observed: bool = True) -> None:
+        """`tensors` differ by `origin`'s amplification; `observed`: compared and seen differing."""
+        if self.first is None:
+            self.first = origin
+        for t in tensors:
+            key = self._key(t)
+            self._origin.pop(key, None)
+            self._origin[key] = origin
+            self.values += observed
+            if len(self._origin) > _WINDOW:
+                self._origin.popitem(last=False)
+
+    def carry(self, record: dict[str, Any]) -> None:
+        """A record not compared (no partner in B, a view): what it makes from amplified values is amplified."""
+        origin = self.origin_of_reads(record) if self._origin else None
+        if origin is not None:
+            self.mark(record.get("out", ()), origin, observed=False)
+
+    def forget(self, record: dict[str, Any]) -> None:
+        """The record's outputs were compared and agree."""
+        if self._origin:
+            for t in record.get("out", ()):
+                self._origin.pop(self._key(t), None)
+
+    def note(self) -> str | None:
+        """For a match: what differed only by amplification."""
+        if self.first is None:
+            return None
+        p = self.first.place
+        return (f"{self.values} value(s) differ only by amplified differences below the tolerance, never reaching "
+                f"a compiled region's output beyond it; first: {p.op} at {p.source} (#{p.index}): "
+                f"{self.first.describe()}")
