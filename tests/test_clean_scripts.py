@@ -20,12 +20,7 @@ SCRIPTS = sorted(path.name for path in CLEAN.glob("*.py"))
 
 
 # Known false alarms not fixed yet, each with the reason; strict: a fix makes the test XPASS and fail.
-KNOWN_FALSE_ALARMS = {
-    ("transformer_encoder.py", "inductor"): (
-        "AdamW's first step on nn.MultiheadAttention's in_proj_bias: the key bias has a mathematically zero "
-        "gradient (softmax ignores it), its ~1e-9 rounding noise differs by backend and m / (sqrt(v) + eps) "
-        "amplifies it; aten::addcdiv_ (eager in both runs) is blamed with inputs agreeing to 1e-7"),
-}
+KNOWN_FALSE_ALARMS: dict[tuple[str, str], str] = {}
 
 
 def _params(backend: str) -> list:
