@@ -51,7 +51,7 @@ class Amplifier:
     why: str  # why its inputs count as agreeing only below the tolerance
 
     def describe(self) -> str:
-        return (f"{self.why} and it amplifies differences below the tolerance (ill-conditioned), "
+        return (f"{self.why}: it amplifies differences below the tolerance (ill-conditioned), "
                 "not an op computing differently")
 
 
