@@ -265,3 +265,46 @@ def test_inplace_and_functional_forms_with_other_tensor_arguments_are_not_compar
     assert torch.allclose(new_p, p + m / scaled)
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
+
+
+def _crossed_gradients(builder: TraceBuilder, gk: torch.Tensor, gv: torch.Tensor, k_first: bool) -> None:
+    """Two same-shaped gradient branches, each sliced (a KV cache's cat backward), then summed.
+
+    Eager autograd runs the k branch first; a compiled backward may run v first. Gradients sum
+    to cancellation noise near zero, so rounded-value keys differ between runs and the slices
+    pair on op and shapes: crosswise.
+    """
+    t = builder.tensor
+    order = [("gk", gk), ("gv", gv)] if k_first else [("gv", gv), ("gk", gk)]
+    producer = "aten::clone" if k_first else "aten::mul.Tensor"
+    for name, value in order:
+        builder.op(producer, [], [t(name, value, "0")], src=None)
+    for name, value in order:
+        builder.op("aten::slice.Tensor", [t(name, value)], [t(name + "_s", value, "0")], src=None)
+    builder.op("aten::add.Tensor", [t("gk_s", gk), t("gv_s", gv, "other")], [t("g", gk + gv, "0")], src=None)
+
+
+def _zero_mean(seed: int) -> torch.Tensor:
+    x = torch.randn(2, 2, 16, 16, generator=torch.Generator().manual_seed(seed))
+    return x - x.mean()
+
+
+def test_pairs_crossed_between_same_shaped_branches_are_no_divergence(tmp_path: Path) -> None:
+    """HF Llama training on CUDA under aot_eager: k's and v's gradient slices paired crosswise."""
+    gk, gv = _zero_mean(1) * 1e-3, _zero_mean(2)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    _crossed_gradients(a, gk, gv, k_first=True)
+    noise = 1 + 1e-7 * torch.linspace(-1, 1, gk.numel()).reshape(gk.shape)  # other rounding, same values
+    _crossed_gradients(b, gk * noise, gv * noise, k_first=False)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_a_wrong_branch_is_still_found_when_pairs_cross(tmp_path: Path) -> None:
+    gk, gv = _zero_mean(1), _zero_mean(2)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    _crossed_gradients(a, gk, gv, k_first=True)
+    _crossed_gradients(b, gk * 1.05, gv, k_first=False)  # B's k gradient is wrong: A's is nowhere in B
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "diverged"
+    assert "aten::clone" in [c["op"] for c in report["first_divergence"]["candidates"]]

@@ -30,6 +30,7 @@ from tracediff.config import Config, Tolerance
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
 from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
@@ -355,6 +356,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     amplified = result.amplified = Amplified()
     walker = _Walker(comparer.garbage, amplified)
     b_side = _BSide(b.path)
+    b_values = ComputedValues(b.path)
     rejected = 0
     alignable_index = -1
     # A's compiled regions: open ones, and whether any was seen (ops outside them run eagerly in both runs).
@@ -473,6 +475,14 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                           "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
+            if tier[alignable_index] != VALUE_TIER and ra["t"] == rb["t"] == OP and b_values.hold_all(
+                    bad, lambda t: comparer.precision.of(t, ra["op"], ra.get("m"))):
+                # A crossed pair: B computed these very inputs but fed them to another record of the
+                # same op and shapes (a compiled backward orders the gradients of k and v otherwise).
+                result.compared -= 1
+                rejected += 1
+                walker.unknown(ra, candidate=True)
+                continue
             candidates = walker.walk_back(bad)
             if candidates:
                 result.first = _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False)

@@ -1,0 +1,87 @@
+"""Which values a trace computed anywhere: telling a crossed pair from a divergence.
+
+A compiled backward runs same-shaped branches (the gradients of k and v) in
+another order than eager autograd, so alignment on op and shapes can pair A's
+k-branch op with B's v-branch op. Their inputs then "differ" although B
+computed A's very inputs elsewhere. Looking each of A's inputs up among all of
+B's values, at the tolerance they are judged by, tells the two apart.
+
+The index is built on first use (only a pair that would be reported needs it)
+from one more read of the trace, and holds four numbers per output tensor.
+Rounded-fingerprint keys are not enough: a gradient's `sum` is cancellation
+noise near zero and rounds differently in each run; `l1` does not cancel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from tracediff.config import Tolerance
+from tracediff.diff.compare import compare_fingerprints
+from tracediff.trace.reader import Trace
+
+# Buckets 2% wide in log(l1): a value within any tolerance this tool uses lies in its bucket or a neighbour.
+_BUCKETS_PER_DECADE = 115
+# Beyond this many tensors the index would cost too much memory: no lookups, pairs are judged as before.
+_MAX_TENSORS = 2_000_000
+
+_Key = tuple[str, tuple[int, ...], int]
+
+
+def distinctive(t: dict[str, Any]) -> bool:
+    """Could this value plausibly occur only once? Not zeros, NaN/Inf, nor a constant magnitude (ones, a fill)."""
+    fp = t.get("fp")
+    if not fp or t.get("uninit") or not fp.get("n") or fp["nan"] or fp["inf"]:
+        return False
+    return 0 < fp["l1"] < 0.999 * fp["n"] * fp["max"]
+
+
+def _bucket(l1: float) -> int:
+    return math.floor(math.log10(l1) * _BUCKETS_PER_DECADE)
+
+
+class ComputedValues:
+    """Lookups of values among every output a trace recorded."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._index: dict[_Key, list[dict[str, Any]]] | None = None
+        self._usable = True
+
+    def _build(self) -> None:
+        index: dict[_Key, list[dict[str, Any]]] = defaultdict(list)
+        count = 0
+        for record in Trace(self._path):
+            for t in record.get("out") or ():
+                if not distinctive(t):
+                    continue
+                fp = t["fp"]
+                index[(t["dt"], tuple(t["sh"]), _bucket(fp["l1"]))].append(
+                    {"sum": fp["sum"], "l1": fp["l1"], "l2": fp["l2"], "max": fp["max"], "nan": 0, "inf": 0, "n": fp["n"]})
+                count += 1
+                if count > _MAX_TENSORS:
+                    self._usable = False
+                    return
+        self._index = dict(index)
+
+    def hold_all(self, tensors: list[dict[str, Any]], tolerance_of: Callable[[dict[str, Any]], Tolerance]) -> bool:
+        """Did the trace compute every one of these (distinctive) values, within each one's tolerance?"""
+        if not tensors or not all(distinctive(t) for t in tensors):
+            return False
+        if self._index is None and self._usable:
+            self._build()
+        if self._index is None:
+            return False
+        return all(self._holds(t, tolerance_of(t)) for t in tensors)
+
+    def _holds(self, t: dict[str, Any], tolerance: Tolerance) -> bool:
+        assert self._index is not None
+        fp, shape, bucket = t["fp"], tuple(t["sh"]), _bucket(t["fp"]["l1"])
+        for b in (bucket - 1, bucket, bucket + 1):
+            for other in self._index.get((t["dt"], shape, b), ()):
+                if compare_fingerprints(fp, other, tolerance).ok:
+                    return True
+        return False
