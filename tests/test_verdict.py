@@ -308,3 +308,24 @@ def test_a_wrong_branch_is_still_found_when_pairs_cross(tmp_path: Path) -> None:
     report = _report(a.close(), b.close())
     assert report["verdict"] == "diverged"
     assert "aten::clone" in [c["op"] for c in report["first_divergence"]["candidates"]]
+
+
+def test_a_random_op_that_differs_is_reported_with_a_note_on_the_random_stream(tmp_path: Path) -> None:
+    """HF BERT training on CUDA: SDPA's dropout drew other numbers under compile (the printed loss differs too)."""
+    mask_a = (torch.arange(12).reshape(3, 4) % 3 != 0).float() / (2 / 3)
+    mask_b = (torch.arange(12).reshape(3, 4) % 3 != 1).float() / (2 / 3)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    for builder, mask in ((a, mask_a), (b, mask_b)):
+        t = builder.tensor
+        builder.region("enter", [t("x", X, "in0")])
+        builder.op("aten::native_dropout", [t("x", X, "input")], [t("d", X * mask, "0")], src="m.py:2")
+        builder.region("exit", [t("d", X * mask, "out0")])
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "diverged" and report["first_divergence"]["op"] == "aten::native_dropout"
+    assert any("draws random numbers" in note for note in report["notes"]), report["notes"]
+
+
+def test_a_deterministic_op_gets_no_note_on_random_numbers(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "custom")
+    _chain(a), _chain(b, wrong_cos=True)
+    assert not any("random" in note for note in _report(a.close(), b.close())["notes"])

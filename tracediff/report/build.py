@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from tracediff.config import Config
 from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.nan import NanOrigin
-from tracediff.diff.place import Place
+from tracediff.diff.place import Place, draws_random
 from tracediff.diff.verdict import DiffResult, Divergence, TensorDiff
 from tracediff.errors import ExitCode
 from tracediff.run.launcher import RunResult
@@ -128,6 +128,10 @@ def build_report(
                      "so this comparison says nothing about a compiler")
     if result.paired == 0 and not failed:
         notes.append("no op of A could be paired with one of B: are these recordings of the same program?")
+    if first is not None and draws_random(first.a.op):
+        notes.append(f"{first.a.op} draws random numbers (dropout, sampling): its outputs "
+                     "may differ because the two runs drew different ones (a compiled graph may consume the generator "
+                     "in another order); check whether it repeats with dropout off (model.eval()) or p=0")
     if first is None and result.amplified is not None and result.amplified.note():
         notes.append(result.amplified.note())
     if first is None and (result.nan_origin_a or result.nan_origin_b):
