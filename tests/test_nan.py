@@ -161,3 +161,18 @@ def test_hf_gpt2_trace_has_no_nan(tmp_path: Path) -> None:
     assert recorded.exit_code == 0, recorded.stderr
     shown = invoke("nan", str(trace))
     assert shown.exit_code == 0 and "no NaN or Inf" in shown.stdout, shown.stdout
+
+
+def test_attention_logsumexp_padded_with_inf_is_no_origin(tmp_path: Path) -> None:
+    """CUDA's memory-efficient SDPA pads its logsumexp output with Inf (HF BERT training on an H100)."""
+    b = TraceBuilder(tmp_path / "a.jsonl")
+    t = b.tensor
+    q = torch.linspace(-1, 1, 2 * 4 * 16 * 8).reshape(2, 4, 16, 8)
+    lse = torch.full((2, 4, 32), float("inf"))
+    lse[..., :16] = 1.0
+    b.op("aten::_scaled_dot_product_efficient_attention", [t("q", q, "query")],
+         [t("o", q, "0"), t("lse", lse, "1")], src="sdpa_attention.py:158")
+    b.op("aten::_scaled_dot_product_efficient_attention_backward", [t("o", q, "out"), t("lse", lse, "logsumexp")],
+         [t("gq", q * 0.5, "0")])
+    found = scan(b.close())
+    assert found.origin is None and found.entered is None and not found.found
