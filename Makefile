@@ -31,14 +31,17 @@ demo: setup
 	    --backends eager,wrong_decomposition:wrong_cos_backend --out-dir ../.tracediff/demo; \
 	    status=$$?; echo "tracediff exit code: $$status (1 = divergence found, as expected)"; test $$status -eq 1
 
+# One pytest worker per core, a test file per worker (module-scoped compiled runs stay shared).
+PYTEST        := $(BIN)/python -m pytest -q -n auto --dist loadfile
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow
+	$(PYTEST) -m slow
 
 bench: setup
 	$(BIN)/python bench/run.py
