@@ -18,19 +18,19 @@ _OVERWRITES_SELF = frozenset({
 })
 
 
-# Ops that draw from the random number generator (attention kernels: when dropout is on).
-_DRAWS_RANDOM = frozenset({
-    "aten::native_dropout", "aten::_fused_dropout", "aten::bernoulli", "aten::bernoulli_", "aten::rand",
-    "aten::rand_like", "aten::randn", "aten::randn_like", "aten::randint", "aten::randint_like", "aten::randperm",
-    "aten::normal", "aten::normal_", "aten::uniform_", "aten::multinomial", "aten::exponential_",
-    "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention",
-    "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward", "aten::_efficient_attention_forward",
-})
-
-
 def draws_random(op: str) -> bool:
-    """Can this op's output depend on the random number generator (not only on its inputs)?"""
-    return op.split(".", 1)[0] in _DRAWS_RANDOM
+    """Does torch tag this op `nondeterministic_seeded` (it draws from a generator: dropout, sampling,
+    fused attention with dropout)?"""
+    import torch
+
+    namespace, _, rest = op.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), name)
+        overload_op = getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.Tag.nondeterministic_seeded in overload_op.tags
 
 
 def read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -429,8 +429,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         passed: list = []
         in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed)
         # Inputs that differ only because an earlier op amplified sub-tolerance noise are no cause here.
-        carried = [d for d in in_diffs if _input_origin(ra, d, amplified) is not None]
-        in_diffs = [d for d in in_diffs if _input_origin(ra, d, amplified) is None]
+        origins = [_input_origin(ra, d, amplified) for d in in_diffs]
+        carried = [d for d, origin in zip(in_diffs, origins) if origin is not None]
+        in_diffs = [d for d, origin in zip(in_diffs, origins) if origin is None]
 
         fused_kernel = rb["t"] == KERNEL and len(rb.get("fuses") or ()) != 1
         if (ra["t"] == REGION and ra["ev"] == "exit") or fused_kernel:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracediff.diff.place import draws_random
+
 # Base names of aten ops that torch documents as nondeterministic on CUDA
 # (`torch.use_deterministic_algorithms` docstring, torch 2.13): atomics in
 # scatter/index accumulation and in the backward of pooling, padding,
@@ -60,20 +62,6 @@ def _is_uninitialized_op(op: str) -> bool:
     return op.split(".", 1)[0] in UNINITIALIZED_OUTPUT_OPS
 
 
-def _is_random_op(op: str) -> bool:
-    """Does torch tag this op `nondeterministic_seeded` (it draws from a generator)?"""
-    import torch
-
-    namespace, _, rest = op.partition("::")
-    name, _, overload = rest.partition(".")
-    try:
-        packet = getattr(getattr(torch.ops, namespace), name)
-        overload_op = getattr(packet, overload or "default")
-    except (AttributeError, RuntimeError):
-        return False
-    return torch.Tag.nondeterministic_seeded in overload_op.tags
-
-
 def _where(place: dict[str, Any]) -> str:
     return f"{place.get('source') or 'an unknown line'}" + (f" [{place['module']}]" if place.get("module") else "")
 
@@ -92,7 +80,7 @@ def determinism_advice(first: dict[str, Any] | None, backend: str, seed: int | N
             "torch.use_deterministic_algorithms(True) fills new memory with NaN (floats) or the largest value "
             "(integers), so every run agrees and the garbage shows",
         ]}
-    random = next((p for p in places if _is_random_op(p["op"])), None)
+    random = next((p for p in places if draws_random(p["op"])), None)
     if random is not None:
         return {"backend": backend, "cause": "random", "advice": [
             f"{random['op']} at {_where(random)} draws different random numbers in the two runs although "
