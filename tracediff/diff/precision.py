@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from tracediff.config import Tolerance
+from tracediff.diff.skeleton import base_op
 from tracediff.trace.schema import REGION
 
 Key = tuple[int, Any]
@@ -48,11 +49,6 @@ _MANTISSA = {"float8_e5m2": 2, "float8_e4m3fn": 3, "float8_e4m3fnuz": 3, "float8
              "float16": 10, "float32": 23, "complex64": 23, "float64": 52, "complex128": 52}
 
 
-def _base(name: str) -> str:
-    base = name.split(".", 1)[0]
-    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
-
-
 def is_floating(dtype: str | None) -> bool:
     return dtype in _MANTISSA
 
@@ -65,9 +61,9 @@ def widens(src: str | None, dst: str | None) -> bool:
 def preserves_values(record: dict[str, Any]) -> bool:
     """Can this op only move, alias or exactly widen its input's values?"""
     op = record.get("op")
-    if not op or _base(op) not in _MOVES:
+    if not op or base_op(op) not in _MOVES:
         return False
-    if _base(op) not in _CASTS:
+    if base_op(op) not in _CASTS:
         return True
     ins = [t.get("dt") for t in record.get("in", ()) if t.get("dt")]
     outs = [t.get("dt") for t in record.get("out", ()) if t.get("dt")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracediff.diff.place import draws_random
+from tracediff.diff.skeleton import base_op
 
 # Base names of aten ops that torch documents as nondeterministic on CUDA
 # (`torch.use_deterministic_algorithms` docstring, torch 2.13): atomics in
@@ -48,12 +49,6 @@ NONDETERMINISTIC_ON_CUDA = frozenset({
 DETERMINISTIC_ALGORITHMS = ("call torch.use_deterministic_algorithms(True) at the start of the script "
                             "and set CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment (CUDA); it raises "
                             "at any op that has no deterministic implementation")
-
-
-def _base(op: str) -> str:
-    """`aten::index_add_.default` -> `aten::index_add`."""
-    base = op.split(".", 1)[0]
-    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
 
 
 def _is_uninitialized_op(op: str) -> bool:
@@ -88,7 +83,7 @@ def determinism_advice(first: dict[str, Any] | None, backend: str, seed: int | N
             "the script reseeds or uses a generator of its own (torch.Generator, numpy.random.default_rng, "
             "seeds from time or os.urandom, DataLoader workers): seed it from a fixed value",
         ]}
-    if _base(first["op"]) in NONDETERMINISTIC_ON_CUDA:
+    if base_op(first["op"]) in NONDETERMINISTIC_ON_CUDA:
         return {"backend": backend, "cause": "nondeterministic_algorithm", "advice": [
             f"{first['op']} at {_where(first)} is on torch's list of ops that are nondeterministic on CUDA "
             "(atomic adds, algorithm choice)",
