@@ -89,17 +89,30 @@ def run_and_diff(
 def _run_and_diff(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
                   echo: Callable[[str], None], narrow_fused: bool, calibrate: bool,
                   sample: AlignmentSample | None) -> dict[str, Any]:
-    runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo)
-            for slot, backend in zip("ab", backends)]
+    reference = record_run(path, script_args, backends[0], run_dir / f"{trace_name('a', backends[0])}.jsonl", config, echo)
+    return run_against(reference, path, script_args, backends[1], config, run_dir, echo, narrow_fused, calibrate, sample)
+
+
+def run_against(reference: RunResult, path: Path, script_args: list[str], backend: str, config: Config, run_dir: Path,
+                echo: Callable[[str], None], narrow_fused: bool = True, calibrate: bool = False,
+                sample: AlignmentSample | None = None) -> dict[str, Any]:
+    """Record `backend` and diff it against a recorded reference run: the second half of `run`.
+
+    Apart from `run` itself, the localization benchmark uses it to diff many
+    faulty compiled runs against one eager recording.
+    """
+    run_b = record_run(path, script_args, backend, run_dir / f"{trace_name('b', backend)}.jsonl", config, echo)
     noise_trace = None
     if calibrate:
-        noise_run = record_run(path, script_args, backends[0], run_dir / f"{trace_name('n', backends[0])}-float64.jsonl",
+        noise_run = record_run(path, script_args, reference.backend or "eager",
+                               run_dir / f"{trace_name('n', reference.backend or 'eager')}-float64.jsonl",
                                config, echo, label=" in float64 (noise reference)", float64=True)
         if noise_run.failure():
             raise UserError(f"--calibrate: the float64 re-run failed ({noise_run.failure()}); run without --calibrate")
         noise_trace = noise_run.trace
-    report = compare_runs(runs[0], runs[1], config, echo, noise_trace, sample)
-    if narrow_fused and needs_narrowing(report, backends[1]) and backends[0] != backends[1]:
+    runs = [reference, run_b]
+    report = compare_runs(reference, run_b, config, echo, noise_trace, sample)
+    if narrow_fused and needs_narrowing(report, backend) and reference.backend != backend:
         report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
     report["script"] = str(path)

@@ -1,0 +1,119 @@
+"""The programs faults are planted in: small models of our own and library models.
+
+Each builder returns a zero-argument function that runs one unit of work
+through `torch.compile` and returns the tensors a user would look at (the
+outputs of a forward; the loss and the updated parameters of a training step).
+Library models come from a config with random weights: no downloads.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+Work = Callable[[], list[torch.Tensor]]
+
+OWN = ("mlp", "cnn", "train_mlp")
+LIBRARY = ("gpt2", "llama", "bert", "train_gpt2")
+NAMES = OWN + LIBRARY
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.norm = nn.LayerNorm(64)
+        self.fc2 = nn.Linear(64, 64)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x))
+        h = self.norm(h)
+        h = torch.tanh(self.fc2(h)) + h
+        return F.log_softmax(self.head(h), dim=-1)
+
+
+class CNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.max_pool2d(h, 2)
+        h = F.silu(self.bn2(self.conv2(h)))
+        h = h.mean(dim=(2, 3))
+        return self.fc(h)
+
+
+def _forward(model: nn.Module, *inputs: torch.Tensor, backend: object) -> Work:
+    compiled = torch.compile(model, backend=backend)
+
+    def work() -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [compiled(*inputs)]
+    return work
+
+
+def _train(model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], backend: object) -> Work:
+    """One AdamW step with forward and backward compiled; the optimizer runs eagerly."""
+    compiled = torch.compile(model, backend=backend)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def work() -> list[torch.Tensor]:
+        optimizer.zero_grad()
+        loss = loss_of(compiled)
+        loss.backward()
+        optimizer.step()
+        return [loss.detach(), *(p.detach() for p in model.parameters())]
+    return work
+
+
+def _hf_tokens(device: str, vocab: int = 100, batch: int = 2, seq: int = 16) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, seq), device=device)
+
+
+def build(name: str, device: str, backend: object) -> Work:
+    torch.manual_seed(0)
+    if name == "mlp":
+        return _forward(MLP().to(device).eval(), torch.randn(8, 32, device=device), backend=backend)
+    if name == "cnn":
+        return _forward(CNN().to(device).eval(), torch.randn(4, 3, 16, 16, device=device), backend=backend)
+    if name == "train_mlp":
+        model = MLP().to(device)
+        x, y = torch.randn(8, 32, device=device), torch.randint(0, 10, (8,), device=device)
+        return _train(model, lambda m: F.nll_loss(m(x), y), backend)
+    import transformers
+
+    if name in ("gpt2", "train_gpt2"):
+        config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config).to(device)
+    elif name == "llama":
+        config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                                          max_position_embeddings=32)
+        model = transformers.LlamaForCausalLM(config).to(device)
+    elif name == "bert":
+        config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=2, vocab_size=100, max_position_embeddings=32)
+        model = transformers.BertForMaskedLM(config).to(device)
+    else:
+        raise SystemExit(f"unknown model {name!r}; known: {', '.join(NAMES)}")
+    tokens = _hf_tokens(device)
+    if name == "train_gpt2":
+        return _train(model, lambda m: m(input_ids=tokens, labels=tokens).loss, backend)
+    model.eval()
+    compiled = torch.compile(model, backend=backend)
+
+    def work() -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [compiled(input_ids=tokens).logits]
+    return work

@@ -1,0 +1,245 @@
+"""Localization benchmark (`make bench-localize`): does tracediff name the op a planted fault is in?
+
+    python bench/localize/run.py                          # every model and backend, CPU, 30 faults each
+    python bench/localize/run.py --models gpt2,llama --backends inductor --samples 10 --jobs 4
+    python bench/localize/run.py --device cuda            # on an NVIDIA GPU
+
+For each model (bench/localize/models.py) and backend, the compiled graph's
+eligible nodes are listed (bench/localize/faults.py), a seeded sample of them
+is drawn (every node when there are fewer), and for each one the script is
+recorded with that node's output scaled by 1.01 and diffed against one eager
+recording, exactly as `tracediff run` does (run/pipeline.run_against,
+narrowing included). A fault counts when it is observable: the program's
+results differ beyond the tolerance, judged as tracediff judges (fingerprints).
+
+Backends: `aot_eager` (fault planted in AOT autograd's graphs by a custom backend),
+`inductor` (planted through inductor's config; the backend is plain inductor),
+`compile_fx` (a custom backend calling inductor's compile_fx with the pass).
+
+Per model and backend it prints: observable faults, exact (the reported source line
+is the planted node's), among the candidates, wrong, false match (verdict `match`
+on an observable fault), failed runs, and whether the clean run (no fault) matches.
+Results: bench/out/localize-<device>.md and .json; each run's directory under
+bench/out/localize-<device>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+TARGET = HERE / "target.py"
+BACKENDS = {"aot_eager": "faults:aot_eager_planted", "inductor": "inductor", "compile_fx": "faults:compile_fx_planted"}
+SCALE = 1.01
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEDIFF_PLANT")}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+               TORCHINDUCTOR_COMPILE_THREADS="1", **extra)
+    return env
+
+
+def list_nodes(model: str, backend: str, device: str, work: Path) -> list[dict[str, Any]]:
+    listing = work / "nodes.jsonl"
+    listing.unlink(missing_ok=True)
+    subprocess.run([sys.executable, str(TARGET), model, "--device", device, "--backend", backend], cwd=HERE,
+                   env=_env(TRACEDIFF_PLANT_LIST=str(listing)), check=True, capture_output=True, text=True)
+    return [json.loads(line) for line in listing.read_text().splitlines()]
+
+
+def record_reference(model: str, device: str, work: Path) -> Path:
+    """One eager recording of the script, shared by every fault of this model (recorded as `run` records A)."""
+    from tracediff.config import load_config
+    from tracediff.run.pipeline import record_run
+
+    trace = work / "a-eager.jsonl"
+    result_dir = work / "reference"
+    result_dir.mkdir(exist_ok=True)
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_env(TRACEDIFF_PLANT_OUT=str(result_dir)))
+    try:
+        run = record_run(TARGET, [model, "--device", device], "eager", trace, load_config(None), echo=lambda _l: None)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if run.failure():
+        raise SystemExit(f"eager recording of {model} failed: {run.failure()}")
+    return trace
+
+
+def run_fault(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one fault in a fresh process (its own environment); return its scored result."""
+    work = Path(job["dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    env = _env(TRACEDIFF_PLANT_OUT=str(work), **({"TRACEDIFF_PLANT": job["plant"]} if job.get("plant") else {}))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(HERE / "run.py"), "--worker", json.dumps(job)], cwd=HERE, env=env,
+                          capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    result_file = work / "result.json"
+    if done.returncode != 0 or not result_file.exists():
+        return dict(job, outcome="failed", detail=done.stderr[-2000:], seconds=elapsed)
+    return dict(json.loads(result_file.read_text()), seconds=elapsed)
+
+
+def worker(job: dict[str, Any]) -> None:
+    """In the worker process: record the faulty backend and diff it against the reference, as `run` does."""
+    from tracediff.config import load_config
+    from tracediff.run.launcher import RunResult
+    from tracediff.run.pipeline import run_against
+
+    work = Path(job["dir"])
+    config = load_config(None)
+    reference = RunResult(backend="eager", trace=Path(job["reference"]), log=Path(job["reference"]).with_suffix(".log"),
+                          returncode=0, timed_out=False, elapsed_s=0.0)
+    report = run_against(reference, TARGET, [job["model"], "--device", job["device"]], BACKENDS[job["backend"]],
+                         config, work, echo=lambda _line: None)
+    first = report.get("first_divergence") or {}
+    result = dict(job, verdict=report["verdict"], reported={k: first.get(k) for k in ("op", "source", "module")},
+                  candidates=[c.get("source") for c in first.get("candidates") or []],
+                  narrowing=(first.get("narrowing") or {}).get("result"), notes=report.get("notes", []),
+                  observable=observable(Path(job["reference_results"]), work / "b.pt", config, job["device"]))
+    result["outcome"] = score(result)
+    (work / "result.json").write_text(json.dumps(result, indent=1))
+
+
+def observable(a_file: Path, b_file: Path, config: Any, device: str) -> bool | None:
+    """Do the program's results differ beyond the tolerance (fingerprints, as tracediff compares)?"""
+    import torch
+
+    from tracediff.diff.compare import compare_fingerprints
+    from tracediff.record.fingerprint import fingerprint
+
+    if not b_file.exists():
+        return None
+    a, b = torch.load(a_file), torch.load(b_file)
+    dev = "cuda" if device.startswith("cuda") else "cpu"
+    tolerance = config.tolerance_for("float32", "", None, dev)
+    return any(not compare_fingerprints(fingerprint(x.float()), fingerprint(y.float()), tolerance).ok for x, y in zip(a, b))
+
+
+def score(result: dict[str, Any]) -> str:
+    if result.get("plant") is None:
+        return "clean_match" if result["verdict"] == "match" else "false_alarm"
+    if result["verdict"] == "failed":
+        return "failed"
+    if not result["observable"]:
+        return "unobservable"
+    if result["verdict"] == "match":
+        return "false_match"
+    truth = result["truth"]
+    if result["reported"]["source"] == truth:
+        return "exact"
+    if truth in result["candidates"]:
+        return "among"
+    return "wrong"
+
+
+COLUMNS = ("exact", "among", "wrong", "false_match", "failed", "unobservable")
+
+
+def summarize(results: list[dict[str, Any]]) -> str:
+    rows = ["| model | backend | observable | exact | among candidates | wrong | false match | failed | unobservable | clean run |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    totals = {c: 0 for c in COLUMNS}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["model"], r["backend"]), []).append(r)
+    for (model, backend), rs in groups.items():
+        counts = {c: sum(r["outcome"] == c for r in rs) for c in COLUMNS}
+        for c in COLUMNS:
+            totals[c] += counts[c]
+        clean = [r["outcome"] for r in rs if r.get("plant") is None]
+        observed = counts["exact"] + counts["among"] + counts["wrong"] + counts["false_match"]
+        rows.append(f"| {model} | {backend} | {observed} | {counts['exact']} | {counts['among']} | {counts['wrong']} | "
+                    f"{counts['false_match']} | {counts['failed']} | {counts['unobservable']} | "
+                    f"{'match' if clean == ['clean_match'] else ('FALSE ALARM' if clean else '-')} |")
+    observed = totals["exact"] + totals["among"] + totals["wrong"] + totals["false_match"]
+    if observed:
+        rows.append(f"| **all** | | {observed} | {totals['exact']} ({100 * totals['exact'] / observed:.0f}%) | "
+                    f"{totals['among']} | {totals['wrong']} | {totals['false_match']} | {totals['failed']} | "
+                    f"{totals['unobservable']} | |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--models", default="mlp,cnn,train_mlp,gpt2,llama,bert,train_gpt2")
+    parser.add_argument("--backends", default="aot_eager,inductor,compile_fx")
+    parser.add_argument("--samples", type=int, default=30, help="faults per model and backend (default 30)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    args = parser.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(ROOT))
+    import models
+
+    names = [m for m in args.models.split(",") if m]
+    if any(m in models.LIBRARY for m in names):
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            log("transformers is not installed: library models skipped (pip install transformers)")
+            names = [m for m in names if m not in models.LIBRARY]
+    out = Path(args.out) / f"localize-{args.device.split(':')[0]}"
+    out.mkdir(parents=True, exist_ok=True)
+    jobs: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for model in names:
+        work = out / model
+        work.mkdir(exist_ok=True)
+        log(f"[{model}] recording the eager reference")
+        reference = record_reference(model, args.device, work)
+        for backend in args.backends.split(","):
+            nodes = list_nodes(model, backend, args.device, work)
+            picked = nodes if len(nodes) <= args.samples else random.Random(f"{args.seed}{model}{backend}").sample(nodes, args.samples)
+            log(f"[{model}/{backend}] {len(nodes)} eligible nodes, {len(picked)} faults")
+            common = dict(model=model, backend=backend, device=args.device, reference=str(reference),
+                          reference_results=str(work / "reference" / "a.pt"))
+            jobs.append(dict(common, dir=str(work / backend / "clean"), plant=None, truth=None))
+            for node in picked:
+                jobs.append(dict(common, dir=str(work / backend / f"g{node['graph']}n{node['node']}"),
+                                 plant=f"{node['graph']}:{node['node']}:{SCALE}", truth=node["source"],
+                                 node=node["name"], op=node["op"], backward=node["backward"]))
+    results: list[dict[str, Any]] = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for done in pool.map(run_fault, jobs):
+            results.append(done)
+            rep = done.get("reported") or {}
+            log(f"[{len(results)}/{len(jobs)}] {done['model']}/{done['backend']} {done.get('node') or 'clean'} "
+                f"({done.get('op') or ''} {done.get('truth') or ''}): {done['outcome']}"
+                + (f" -> {rep.get('op')} {rep.get('source')}" if done["outcome"] in ("wrong", "among") else ""))
+    table = summarize(results)
+    header = (f"Localization benchmark: {platform.node()} ({os.cpu_count()} cores), device {args.device}, "
+              f"{time.monotonic() - started:.0f} s\n\n`python bench/localize/run.py --device {args.device} "
+              f"--models {','.join(names)} --backends {args.backends} --samples {args.samples} --seed {args.seed}`\n")
+    (out.parent / f"localize-{args.device.split(':')[0]}.json").write_text(json.dumps(results, indent=1))
+    (out.parent / f"localize-{args.device.split(':')[0]}.md").write_text(header + "\n" + table + "\n")
+    print(header + "\n" + table)
+
+
+if __name__ == "__main__":
+    main()
