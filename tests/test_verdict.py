@@ -329,3 +329,26 @@ def test_a_deterministic_op_gets_no_note_on_random_numbers(tmp_path: Path) -> No
     a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "custom")
     _chain(a), _chain(b, wrong_cos=True)
     assert not any("random" in note for note in _report(a.close(), b.close())["notes"])
+
+
+def test_a_value_changed_by_an_op_only_b_runs_is_no_crossed_pair(tmp_path: Path) -> None:
+    """aot_eager with a pass scaling a residual add: B computed A's value, then changed it before the next op."""
+    h, r = torch.linspace(-1, 1, 16).reshape(4, 4), torch.linspace(0.2, 2, 16).reshape(4, 4)
+    s = h + r
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    for builder, scale in ((a, None), (b, 1.01)):
+        t = builder.tensor
+        builder.region("enter", [t("h", h, "in0")])
+        builder.op("aten::add.Tensor", [t("h", h), t("r", r, "other")], [t("s", s, "0")], src="m.py:35")
+        fed = s
+        if scale is not None:  # the planted fault: an op only B runs, carrying the add's line
+            fed = s * scale
+            builder.op("aten::mul.Tensor", [t("s", s)], [t("s2", fed, "0")], src="m.py:35")
+        y = fed @ W
+        builder.op("aten::mm", [t("s2" if scale else "s", fed), t("W", W, "mat2")], [t("y", y, "0")], src="m.py:36")
+        builder.region("exit", [t("y", y, "out0")])
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged"
+    assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first
+    assert "aten::mul.Tensor" in first["note"]

@@ -191,6 +191,7 @@ class _Made:
     place: Place
     kernel: str | None
     fused: tuple[str, ...]
+    only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
 
     def describe(self) -> str:
         if self.kernel:
@@ -201,21 +202,26 @@ class _Made:
 class _BSide:
     """Trace B streamed in step with A: its alignable records, and who made each value."""
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, paired: bytearray) -> None:
         self.producers: OrderedDict[Key, _Made] = OrderedDict()
+        self._paired = paired  # per alignable record of B: does it have a partner in A?
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
 
     def _alignable(self, trace: Trace) -> Iterator[dict[str, Any]]:
+        count = 0
         for record in trace:
             outs = record.get("out", ())
+            is_alignable = alignable(record)
             if outs:
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
-                             tuple(f["op"] for f in record.get("fuses") or ()))
+                             tuple(f["op"] for f in record.get("fuses") or ()),
+                             only_b=is_alignable and not self._paired[count])
                 for t in outs:
                     _put_bounded(self.producers, _key(t), made)
-            if alignable(record):
+            if is_alignable:
+                count += 1
                 yield record
 
     def rest(self) -> Iterator[dict[str, Any]]:
@@ -355,7 +361,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     comparer = _Comparer(config, noise)
     amplified = result.amplified = Amplified()
     walker = _Walker(comparer.garbage, amplified)
-    b_side = _BSide(b.path)
+    paired_b = bytearray(len(b))
+    for j in partner:
+        if j >= 0:
+            paired_b[j] = 1
+    b_side = _BSide(b.path, paired_b)
     b_values = ComputedValues(b.path)
     rejected = 0
     alignable_index = -1
@@ -476,10 +486,12 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                           "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
-            if tier[alignable_index] != VALUE_TIER and ra["t"] == rb["t"] == OP and b_values.hold_all(
+            if tier[alignable_index] != VALUE_TIER and ra["t"] == rb["t"] == OP and not _fed_by_b_only(
+                    ra, rb, in_diffs, b_side, by_name) and b_values.hold_all(
                     bad, lambda t: comparer.precision.of(t, ra["op"], ra.get("m"))):
                 # A crossed pair: B computed these very inputs but fed them to another record of the
                 # same op and shapes (a compiled backward orders the gradients of k and v otherwise).
+                # Not when B made the input it read with an op only B runs: B changed the value in between.
                 result.compared -= 1
                 rejected += 1
                 walker.unknown(ra, candidate=True)
@@ -546,6 +558,16 @@ def _count_structure(result: DiffResult, partner: array, rejected: int, compiled
         )
     else:
         result.structure_count = result.unpaired_a + result.unpaired_b
+
+
+def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool) -> bool:
+    """Was a differing input of B's record made by an op only B runs (e.g. one a compiler pass inserted)?"""
+    args = {d.arg for d in in_diffs}
+    for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
+        made = b_side.producers.get(_key(tb)) if ta["a"] in args else None
+        if made is not None and made.only_b:
+            return True
+    return False
 
 
 def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
