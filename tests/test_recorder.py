@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -240,3 +242,23 @@ def test_saved_activations_are_freed_without_a_backward(tmp_path: Path) -> None:
             net(torch.randn(3, 4, requires_grad=True)).sum()
         gc.collect()
     assert saved and all(ref() is None for ref in saved)
+
+
+def test_an_eager_backward_op_is_named_by_the_forward_line_that_made_it(tmp_path: Path) -> None:
+    """`loss.backward()` names no op; the forward line whose autograd node runs it does."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.randn(4, 4, requires_grad=True)\n"
+        "x = torch.randn(3, 4)\n"
+        "h = torch.tanh(x @ w)\n"
+        "loss = (h * h).sum()\n"
+        "loss.backward()\n"
+    )
+    trace = tmp_path / "t.jsonl"
+    subprocess.run([sys.executable, "-m", "tracediff.cli", "record", str(script), "-o", str(trace)], check=True,
+                   capture_output=True)
+    backward = {r["op"]: r.get("src") for r in read_trace(trace)[1] if r.get("bw")}
+    assert backward["aten::tanh_backward"] == "train.py:4"
+    assert backward["aten::mm"] == "train.py:4"
+    assert backward["aten::mul.Tensor"] == "train.py:5"

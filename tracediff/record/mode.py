@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
 from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
@@ -180,6 +181,7 @@ class TraceRecorder(TorchDispatchMode):
         self.exact = exact
         self.modules = ModuleStack()
         self.sources = SourceFinder()
+        self.backward_sources = BackwardSources()
         self._tensor_ids: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self._next_tensor_id = 0
         self._seq = 0
@@ -418,6 +420,11 @@ class TraceRecorder(TorchDispatchMode):
 
     def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
         source, fx = self.sources.find(sys._getframe(2))
+        node = torch._C._current_autograd_node()
+        if node is None:
+            self.backward_sources.forward_op(source)
+        elif fx is None:  # an eager backward op: named by the forward line that made its node
+            source = self.backward_sources.of(node) or source
         modules = self.modules
         # Module hooks do not run inside compiled code: fall back to the region's module.
         module = modules.current or self.region_root
@@ -435,7 +442,7 @@ class TraceRecorder(TorchDispatchMode):
         record["out"] = outputs
         if _has_nonfinite_scalar(args, kwargs):
             record["nfs"] = True  # e.g. masked_fill(mask, -inf): Inf on purpose, not a NaN origin
-        if modules.in_backward:
+        if node is not None:
             record["bw"] = True
         self._emit(record)
         self._seq += 1
