@@ -2,7 +2,7 @@
 
 Each builder returns a zero-argument function that runs one unit of work
 through `torch.compile` and returns the tensors a user would look at (the
-outputs of a forward; the loss and the updated parameters of a training step).
+outputs of a forward; the loss, gradients and updated weights of a training step).
 Library models come from a config with random weights: no downloads.
 """
 
@@ -71,8 +71,11 @@ def _train(model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], backe
         optimizer.zero_grad()
         loss = loss_of(compiled)
         loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
         optimizer.step()
-        return [loss.detach(), *(p.detach() for p in model.parameters())]
+        # What a user watches: the loss, the gradients (AdamW's first step is about lr * sign(grad),
+        # which hides a 1% gradient error), the updated weights.
+        return [loss.detach(), *grads, *(p.detach() for p in model.parameters())]
     return work
 
 
