@@ -8,7 +8,7 @@ VENV          ?= .venv
 BIN           := $(VENV)/bin
 STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: setup demo test test-fast test-slow bench clean
+.PHONY: setup demo test test-fast test-slow bench bench-localize clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,13 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python bench/run.py
+
+# Planted faults in compiled graphs of small and library models: is the reported line the faulty one?
+# Narrow it with e.g. LOCALIZE_ARGS="--models gpt2 --backends inductor --samples 10".
+LOCALIZE_ARGS ?=
+bench-localize: setup
+	$(PIP) -e ".[bench]" >> $(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); exit 1; }
+	$(BIN)/python bench/localize/run.py $(LOCALIZE_ARGS)
 
 clean:
 	rm -rf $(VENV) .tracediff .pytest_cache

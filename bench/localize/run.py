@@ -72,9 +72,9 @@ def record_reference(model: str, device: str, work: Path) -> Path:
     trace = work / "a-eager.jsonl"
     result_dir = work / "reference"
     result_dir.mkdir(exist_ok=True)
-    saved = dict(os.environ)
+    saved, env = dict(os.environ), _env(TRACEDIFF_PLANT_OUT=str(result_dir))
     os.environ.clear()
-    os.environ.update(_env(TRACEDIFF_PLANT_OUT=str(result_dir)))
+    os.environ.update(env)
     try:
         run = record_run(TARGET, [model, "--device", device], "eager", trace, load_config(None), echo=lambda _l: None)
     finally:
