@@ -52,7 +52,7 @@ def log(message: str) -> None:
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEDIFF_PLANT")}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-               TORCHINDUCTOR_COMPILE_THREADS="1", **extra)
+               TORCHINDUCTOR_COMPILE_THREADS="1", OMP_NUM_THREADS="1", **extra)  # jobs run side by side
     return env
 
 
