@@ -56,6 +56,7 @@ def test_wrong_op_is_pinned_and_later_ops_are_inherited(tmp_path: Path) -> None:
     assert (first["kind"], first["op"], first["source"], first["index"]) == ("output", "aten::cos", "m.py:12", 3)
     assert first["candidates"] == [{"op": "aten::cos", "index": 3, "source": "m.py:12", "module": "Net", "code": ""}]
     assert first["b"]["op"] == "aten::sin"
+    assert first["pinned_by"] == "value"
     assert first["rel_diff"] > 0.01
     assert report["inherited"] == 3  # exp, sum, region exit: echoes, not causes
 
@@ -67,6 +68,7 @@ def test_fused_ops_become_candidates(tmp_path: Path) -> None:
     assert [c["op"] for c in first["candidates"]] == ["aten::sin", "aten::cos", "aten::exp"]
     assert first["op"] == "aten::exp" and first["observed"]["op"] == "aten::sum"
     assert first["inputs_agree"] is False
+    assert first["pinned_by"] is None
 
 
 def test_fusion_alone_is_no_divergence(tmp_path: Path) -> None:
@@ -352,3 +354,4 @@ def test_a_value_changed_by_an_op_only_b_runs_is_no_crossed_pair(tmp_path: Path)
     assert report["verdict"] == "diverged"
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first
     assert "aten::mul.Tensor" in first["note"]
+    assert first["pinned_by"] == "position"

@@ -53,6 +53,7 @@ def _divergence(d: Divergence) -> dict[str, Any]:
         "module": d.a.module,
         "rel_diff": _number(d.rel_diff),
         "candidates": [p.as_dict() for p in d.candidates],
+        "pinned_by": pinned_by(d),
         "code": d.a.code,
         "path": d.a.path,
         "inputs_agree": d.inputs_agree,
@@ -62,6 +63,15 @@ def _divergence(d: Divergence) -> dict[str, Any]:
         "tensor": _tensor(d.worst) if d.worst else None,
     }
     return out
+
+
+def pinned_by(d: Divergence) -> str | None:
+    """How sure the location is: "value" (the op's own inputs agree and its outputs differ),
+    "position" (the only op between agreeing values and the difference, or the op whose value B
+    changed), or None (several candidates remain)."""
+    if d.kind == "structure" or len(d.candidates) != 1:
+        return None
+    return "value" if d.inputs_agree and d.observed is None else "position"
 
 
 def _place(p: Place | NanOrigin | None) -> dict[str, Any] | None:

@@ -159,6 +159,13 @@ def _tol(report: dict[str, Any], dtype: str) -> str:
     return f"rtol={t['rtol']:g}, atol={t['atol']:g}" if t else ""
 
 
+_PINNED = {
+    "value": "pinned by value: this op's own inputs agree between the runs and its outputs do not",
+    "position": "pinned by position: no other op stands between values that agree and the difference",
+    None: "not pinned: the difference comes from one of the candidates",
+}
+
+
 def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = True) -> list[str]:
     lines = [f"  first divergence ({first['kind']}): {first['op']}  (#{first['index']})"]
     lines.append(f"    at     {first.get('source')}  {first.get('code') or ''}".rstrip())
@@ -177,6 +184,8 @@ def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = T
     if b and b.get("op") != seen_op:
         lines.append(f"    B ran {b['op']} there (#{b['index']})")
     lines.append(f"    {first.get('note')}")
+    if first.get("candidates"):
+        lines.append(f"    {_PINNED.get(first.get('pinned_by'), _PINNED[None])}")
     candidates = first.get("candidates") or []
     if len(candidates) > 1:
         lines.append(f"    candidates ({len(candidates)}):")
