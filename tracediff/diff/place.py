@@ -33,7 +33,9 @@ def draws_random(op: str) -> bool:
     return torch.Tag.nondeterministic_seeded in overload_op.tags
 
 
-def _base_op(record: dict[str, Any]) -> str:
+def _packet(record: dict[str, Any]) -> str:
+    """`aten::fill_.Scalar` -> `aten::fill_`: the op without its overload; unlike skeleton.base_op,
+    in-place ops stay apart from their functional forms."""
     return str(record.get("op", "")).split(".", 1)[0]
 
 
@@ -41,7 +43,7 @@ def _lifts_scalar(record: dict[str, Any]) -> bool:
     """`torch.tensor(float("-inf"))`: a 0-dim tensor built from a Python number, which the
     dispatcher first sees when `lift_fresh` lifts it. A scalar constant of the script, as a
     scalar argument is."""
-    return (record["t"] == OP and _base_op(record) in ("aten::lift_fresh", "aten::lift_fresh_copy")
+    return (record["t"] == OP and _packet(record) in ("aten::lift_fresh", "aten::lift_fresh_copy")
             and all(t.get("sh") == [] for t in record.get("in", ())))
 
 
@@ -52,7 +54,7 @@ def read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
     ins = record.get("in", ())
     if _lifts_scalar(record):
         return []
-    if record["t"] == OP and _base_op(record) in _OVERWRITES_SELF:
+    if record["t"] == OP and _packet(record) in _OVERWRITES_SELF:
         return [t for t in ins if t.get("a") != "self"]
     return list(ins)
 
@@ -102,7 +104,7 @@ def makes_nonfinite(record: dict[str, Any]) -> bool:
     """True when an op (or a generated kernel) produces NaN/Inf from finite inputs (a NaN origin)."""
     if record["t"] not in (OP, KERNEL) or writes_nonfinite_constant(record):  # a mask's -inf: on purpose
         return False
-    by_design = _INF_BY_DESIGN.get(_base_op(record)) if record["t"] == OP else None
+    by_design = _INF_BY_DESIGN.get(_packet(record)) if record["t"] == OP else None
     # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
     if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") and t.get("a") != by_design
                for t in record.get("out", ())):
