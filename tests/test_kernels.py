@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import FIXTURES, invoke, marker_line
-from tracediff.record.kernels import call_sites, cpp_kernel_params, parse_post_grad_graph
+from tracediff.record.kernels import (build_graph_kernels, call_sites, cpp_kernel_params, nonfinite_constant_nodes,
+                                      parse_post_grad_graph)
 from tracediff.trace.reader import read_trace
 
 POST_GRAD = '''
@@ -126,3 +129,36 @@ def test_kernels_are_recorded_with_caches_warm_and_cold(tmp_path: Path) -> None:
         kernels.append([(r["name"], [f["op"] for f in r["fuses"]]) for r in records if r["t"] == "kernel"])
     assert kernels[0] and kernels[0] == kernels[1]
     assert any("aten::cos" in ops for _, ops in kernels[1])
+
+
+MASK_POST_GRAD = '''
+        # File: /src/model.py:6 in attend, code: mask = torch.full((n, n), float("-inf")).triu(1)
+        iota: "i64[8][1]cpu" = torch.ops.prims.iota.default(8, start = 0, step = 1, dtype = torch.int64, device = device(type='cpu'), requires_grad = False)
+        ge: "b8[8, 8][8, 1]cpu" = torch.ops.aten.ge.Scalar(iota, 1);  iota = None
+        full_default: "f32[8, 8][8, 1]cpu" = torch.ops.aten.full.default([8, 8], -inf, dtype = torch.float32, layout = torch.strided, device = device(type='cpu'), pin_memory = False)
+        full_default_1: "f32[][]cpu" = torch.ops.aten.full.default([], 0.0, dtype = torch.float32, layout = torch.strided, device = device(type='cpu'), pin_memory = False)
+        where: "f32[8, 8][8, 1]cpu" = torch.ops.aten.where.self(ge, full_default, full_default_1);  ge = full_default = full_default_1 = None
+        isnan: "b8[8, 8][8, 1]cpu" = torch.ops.aten.isnan.default(where)
+        nan_to_num: "f32[8, 8][8, 1]cpu" = torch.ops.aten.nan_to_num.default(where, 0.0, -3.4028234663852886e+38);  where = None
+        fill: "f32[8][1]cpu" = torch.ops.aten.fill.Scalar(arg0_1, nan);  arg0_1 = None
+        _scaled_dot_product_flash_attention_for_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(arg1_1, arg2_1, arg3_1, attn_mask = nan_to_num, scale = inf)
+'''
+
+
+def test_post_grad_nodes_writing_a_nonfinite_literal() -> None:
+    """`-inf`/`nan` as an argument, also of a node with several outputs (no annotation); not a node
+    named after isnan/nan_to_num, nor a finite extreme like finfo.min."""
+    assert nonfinite_constant_nodes(MASK_POST_GRAD) == {"full_default", "fill",
+                                                         "_scaled_dot_product_flash_attention_for_cpu"}
+
+
+def test_fused_ops_writing_a_nonfinite_literal_are_marked() -> None:
+    compiled = SimpleNamespace(
+        cache_key="k", source_code="", inductor_post_grad_graph_str=MASK_POST_GRAD,
+        inductor_provenance_mapping_str=json.dumps(
+            {"cppCodeToPost": {"cpp_fused_full_triu_0:1": ["where", "ge", "iota", "full_default", "full_default_1"]}}))
+    fused = build_graph_kernels(compiled, {}).fuses["cpp_fused_full_triu_0:1"]
+    records = [op.as_record(None) for op in fused]
+    assert [(r["op"], r.get("nfs", False)) for r in records] == [
+        ("prims::iota", False), ("aten::ge.Scalar", False), ("aten::full", True), ("aten::full", False),
+        ("aten::where.self", False)]

@@ -176,3 +176,74 @@ def test_attention_logsumexp_padded_with_inf_is_no_origin(tmp_path: Path) -> Non
          [t("gq", q * 0.5, "0")])
     found = scan(b.close())
     assert found.origin is None and found.entered is None and not found.found
+
+
+# -- intended infinities: a mask's -inf written from a constant is no NaN/Inf origin ---------------------
+
+CAUSAL = torch.full((4, 4), float("-inf")).triu(1)
+
+
+def _mask_kernel(b: TraceBuilder, nfs: bool) -> None:
+    """A generated kernel that builds a causal mask from no input: iota/ge/full(-inf)/where."""
+    full = {"op": "aten::full", "src": "m.py:3", "m": None, **({"nfs": True} if nfs else {})}
+    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_full_triu_0", "site": "k:1", "d": 0,
+                    "m": None, "src": "m.py:3", "code": "", "in": [], "out": [b.tensor("mask", CAUSAL, "out_ptr0")],
+                    "fuses": [{"op": "prims::iota", "src": "m.py:3", "m": None},
+                              {"op": "aten::ge.Scalar", "src": "m.py:3", "m": None}, full,
+                              {"op": "aten::where.self", "src": "m.py:3", "m": None}]})
+    b.seq += 1
+
+
+def test_kernel_writing_a_nonfinite_constant_is_no_origin(tmp_path: Path) -> None:
+    """Inductor's causal-mask kernel (`full(-inf)` fused with `where`) writes -inf from no non-finite input."""
+    for nfs in (True, False):
+        b = TraceBuilder(tmp_path / f"{nfs}.jsonl", backend="inductor")
+        _mask_kernel(b, nfs)
+        scores = torch.linspace(-1, 1, 16).reshape(4, 4)
+        b.op("aten::add.Tensor", [b.tensor("scores", scores), b.tensor("mask", CAUSAL, "other")],
+             [b.tensor("masked", scores + CAUSAL, "0")], src="m.py:4")
+        found = scan(b.close())
+        if nfs:  # the mask is on purpose; its later reads are of a value a recorded kernel made
+            assert not found.found, found.as_dict()
+        else:  # without the marker the same kernel is a genuine origin (e.g. exp overflowing)
+            assert found.origin is not None and found.origin.op == "triton_poi_fused_full_triu_0"
+
+
+def test_scalar_tensor_from_a_python_number_is_a_constant(tmp_path: Path) -> None:
+    """`torch.tensor(float("-inf"))` is lifted by `lift_fresh`: a constant of the script, not NaN/Inf from
+    outside; a tensor of data with NaN built the same way still counts as entered."""
+    b = TraceBuilder(tmp_path / "a.jsonl")
+    neg = torch.tensor(float("-inf"))
+    b.op("aten::lift_fresh", [b.tensor("neg", neg)], [b.tensor("neg", neg, "0")], src="m.py:2")
+    b.op("aten::maximum", [b.tensor("x", X), b.tensor("neg", neg, "other")], [b.tensor("y", X, "0")], src="m.py:3")
+    assert not scan(b.close()).found
+    b = TraceBuilder(tmp_path / "b.jsonl")
+    data = torch.tensor([1.0, float("nan"), 2.0])
+    b.op("aten::lift_fresh", [b.tensor("data", data)], [b.tensor("data", data, "0")], src="m.py:2")
+    found = scan(b.close())
+    assert found.origin is None and found.entered is not None and found.entered.op == "aten::lift_fresh"
+
+
+@pytest.mark.slow
+def test_causal_masks_under_inductor_are_no_nan_origin(run_fixture) -> None:
+    """A generated kernel writes the mask's -inf from no non-finite input: on purpose, no origin."""
+    report = run_fixture("causal_mask_inf.py", "eager,inductor").report
+    assert report["verdict"] == "match"
+    b = [json.loads(line) for line in Path(report["traces"][1]).read_text().splitlines()]
+    written_inf = [r for r in b if r["t"] == "kernel" and any((t.get("fp") or {}).get("inf") for t in r["out"])]
+    assert written_inf, "a generated kernel should write the -inf mask (precondition of this test)"
+    assert report["nan_origin"] == {"a": None, "b": None}
+    shown = invoke("nan", *report["traces"])
+    assert shown.exit_code == 0 and shown.stdout.count("no NaN or Inf") == 2, shown.stdout
+
+
+@pytest.mark.slow
+def test_overflow_after_causal_masks_is_the_origin(run_fixture) -> None:
+    """The same masks, then exp overflowing: that exp is the origin in both runs, not the mask kernel."""
+    report = run_fixture("causal_mask_inf.py", "eager,inductor", "--", "--overflow").report
+    line = marker_line("causal_mask_inf.py", "overflow line")
+    assert report["verdict"] == "match"
+    assert report["nan_origin"]["a"]["op"] == "aten::exp"
+    for side in "ab":
+        assert report["nan_origin"][side]["source"] == f"causal_mask_inf.py:{line}"
+        assert report["nan_origin"][side]["outputs"][0]["inf"] > 0

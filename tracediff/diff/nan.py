@@ -5,8 +5,10 @@ Inf while all its inputs are finite: the place to fix, whatever happens
 downstream. For a fused kernel the origin is the kernel, and its fused ops
 (with their source lines) are the ones that can have made the value.
 
-Ops that make Inf on purpose from a non-finite scalar argument
-(`masked_fill(mask, -inf)`) are not origins. When NaN/Inf is read by an op
+Ops that make Inf on purpose from a non-finite constant (`masked_fill(mask,
+-inf)`, `torch.full(size, -inf)`, `torch.tensor(-inf)`) are not origins, nor
+are generated kernels that fuse one (a causal mask built inside the kernel):
+overflow and invalid operations are what is reported, not masks. When NaN/Inf is read by an op
 although no recorded op made it, it came from outside the recording (data,
 a loaded checkpoint): that is reported as `entered`.
 """

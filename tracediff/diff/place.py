@@ -33,13 +33,41 @@ def draws_random(op: str) -> bool:
     return torch.Tag.nondeterministic_seeded in overload_op.tags
 
 
+def _packet(record: dict[str, Any]) -> str:
+    """`aten::fill_.Scalar` -> `aten::fill_`: the op without its overload; unlike skeleton.base_op,
+    in-place ops stay apart from their functional forms."""
+    return str(record.get("op", "")).split(".", 1)[0]
+
+
+def _lifts_scalar(record: dict[str, Any]) -> bool:
+    """`torch.tensor(float("-inf"))`: a 0-dim tensor built from a Python number, which the
+    dispatcher first sees when `lift_fresh` lifts it. A scalar constant of the script, as a
+    scalar argument is."""
+    return (record["t"] == OP and _packet(record) in ("aten::lift_fresh", "aten::lift_fresh_copy")
+            and all(t.get("sh") == [] for t in record.get("in", ())))
+
+
 def read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The input tensors a record reads: not the `self` an initializer or copy_ overwrites whole,
-    nor an out= buffer (the recorder keeps no fingerprint of those)."""
+    nor an out= buffer (the recorder keeps no fingerprint of those), nor the Python number that
+    `torch.tensor(x)` lifts (it is written in the script, not read from outside)."""
     ins = record.get("in", ())
-    if record["t"] == OP and str(record.get("op", "")).split(".", 1)[0] in _OVERWRITES_SELF:
+    if _lifts_scalar(record):
+        return []
+    if record["t"] == OP and _packet(record) in _OVERWRITES_SELF:
         return [t for t in ins if t.get("a") != "self"]
     return list(ins)
+
+
+def writes_nonfinite_constant(record: dict[str, Any]) -> bool:
+    """Does the record write a NaN/Inf constant on purpose: an op with a non-finite scalar argument
+    (`masked_fill(mask, -inf)`, `full((n, n), -inf)`: `nfs`), `torch.tensor(-inf)`, or a generated
+    kernel fusing such an op (a causal mask built inside the kernel)? Its NaN/Inf outputs may be
+    that constant, so it is no NaN origin. Kept coarse on purpose: a kernel that both writes a mask
+    and overflows elsewhere is not told apart (the unfused ops would be)."""
+    if record.get("nfs") or _lifts_scalar(record):
+        return True
+    return record["t"] == KERNEL and any(op.get("nfs") for op in record.get("fuses") or ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +102,9 @@ _INF_BY_DESIGN = {
 
 def makes_nonfinite(record: dict[str, Any]) -> bool:
     """True when an op (or a generated kernel) produces NaN/Inf from finite inputs (a NaN origin)."""
-    if record["t"] not in (OP, KERNEL) or record.get("nfs"):  # masked_fill(mask, -inf): Inf on purpose
+    if record["t"] not in (OP, KERNEL) or writes_nonfinite_constant(record):  # a mask's -inf: on purpose
         return False
-    by_design = _INF_BY_DESIGN.get(str(record.get("op", "")).split(".", 1)[0]) if record["t"] == OP else None
+    by_design = _INF_BY_DESIGN.get(_packet(record)) if record["t"] == OP else None
     # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
     if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") and t.get("a") != by_design
                for t in record.get("out", ())):

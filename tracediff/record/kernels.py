@@ -42,6 +42,10 @@ _CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
 _PROVENANCE_HANDLE = re.compile(r"#\s*\[Provenance debug handles\] (\S+):(\d+)\s*$")
 _POST_GRAD_FILE = re.compile(r"#\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
 _POST_GRAD_NODE = re.compile(r"^\s*(\w+): .*?= torch\.ops\.([\w.]+)\(")
+# Any call node with its arguments (a node with several outputs has no type annotation).
+_POST_GRAD_CALL = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.[\w.]+\((.*)$")
+# A NaN/Inf literal among a node's arguments, as FX prints floats: `full.default([8, 8], -inf, ...)`.
+_NONFINITE_LITERAL = re.compile(r"(?<![\w.'\"])-?(?:inf|nan)(?![\w.'\"])")
 
 # Argument names of generated kernels that the kernel writes.
 _OUTPUT_PREFIXES = ("out_ptr", "in_out_ptr")
@@ -56,18 +60,22 @@ class FusedOp:
     path: str | None
     line: int | None
     module: str | None  # relative to the compiled module
+    nonfinite_constant: bool = False  # writes a NaN/Inf literal: `full([n, n], -inf)`, `where(m, x, -inf)`
 
     def as_record(self, root: str | None) -> dict[str, Any]:
         import os
 
         module = ".".join(p for p in (root, self.module) if p) or None
-        return {
+        record = {
             "node": self.node,
             "op": self.op,
             "src": f"{os.path.basename(self.path)}:{self.line}" if self.path else None,
             "path": self.path,
             "m": module,
         }
+        if self.nonfinite_constant:
+            record["nfs"] = True  # as an op's `nfs`: its NaN/Inf are on purpose (a mask), not a NaN origin
+        return record
 
 
 @dataclass
@@ -112,6 +120,18 @@ def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | N
     return nodes
 
 
+def nonfinite_constant_nodes(text: str) -> set[str]:
+    """Post-grad nodes with a NaN/Inf literal argument: they write a non-finite constant (a causal
+    mask's `full(-inf)`, SDPA's boolean mask turned into `where(mask, 0, -inf)`), on purpose."""
+    found = set()
+    for row in text.splitlines():
+        match = _POST_GRAD_CALL.match(row)
+        # The arguments end at `)`; what follows `;` frees buffers (`x = None`).
+        if match and _NONFINITE_LITERAL.search(match.group(2).split(";", 1)[0]):
+            found.add(match.group(1))
+    return found
+
+
 def call_sites(source: str) -> dict[int, str]:
     """Wrapper line number (1-based) of each kernel call -> its provenance handle `kernel:N`.
 
@@ -154,7 +174,9 @@ def build_graph_kernels(compiled: Any, pre_grad_meta: dict[str, dict[str, Any]])
         mapping = json.loads(getattr(compiled, "inductor_provenance_mapping_str", None) or "{}")
     except json.JSONDecodeError:
         mapping = {}
-    post_grad = parse_post_grad_graph(getattr(compiled, "inductor_post_grad_graph_str", None) or "")
+    post_grad_text = getattr(compiled, "inductor_post_grad_graph_str", None) or ""
+    post_grad = parse_post_grad_graph(post_grad_text)
+    nonfinite = nonfinite_constant_nodes(post_grad_text)
     order = {name: i for i, name in enumerate(post_grad)}
     post_to_pre = mapping.get("postToPre", {})
     for key, table in mapping.items():
@@ -170,7 +192,7 @@ def build_graph_kernels(compiled: Any, pre_grad_meta: dict[str, dict[str, Any]])
                     if stack:
                         module = clean_fx_module_path(str(list(stack.values())[-1][0]))
                         break
-                ops.append(FusedOp(node, op, path, line, module))
+                ops.append(FusedOp(node, op, path, line, module, node in nonfinite))
             info.fuses[handle] = ops
     return info
 

@@ -20,7 +20,8 @@ region  {"t": "region", "i": seq, "ev": "enter" | "exit", "name": "Net.forward",
          recorded under every backend (eager included), so both runs share it.
 kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fused_cos_sin_0:2",
          "g": graph key, "d": depth, "m": module, "src"/"path"/"code": of the last fused op,
-         "fuses": [{"node", "op": "aten::sin", "src", "path", "m"}...] in graph order,
+         "fuses": [{"node", "op": "aten::sin", "src", "path", "m",
+                    "nfs": true (a NaN/Inf literal argument, e.g. full([n, n], -inf))}...] in graph order,
          "in": [buffers read], "out": [buffers written]}
          One launch of an inductor-generated kernel (record/kernels.py).
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
