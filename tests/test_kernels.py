@@ -56,6 +56,17 @@ def test_post_grad_graph_gives_op_and_line_in_graph_order() -> None:
     assert nodes["mm"][2] == 37
 
 
+def test_a_node_with_several_outputs_is_known_too() -> None:
+    """Such a node (fused attention) has no type annotation; its getitems are no ops."""
+    nodes = parse_post_grad_graph(
+        "        # File: /src/attn.py:12 in forward, code: y = F.scaled_dot_product_attention(q, k, v)\n"
+        "        _scaled_dot_product_flash_attention_for_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"
+        ".default(q, k, v)\n"
+        '        getitem: "f32[2, 4]" = _scaled_dot_product_flash_attention_for_cpu[0]\n')
+    assert nodes == {"_scaled_dot_product_flash_attention_for_cpu": (
+        "aten::_scaled_dot_product_flash_attention_for_cpu", "/src/attn.py", 12)}
+
+
 def test_call_sites_map_wrapper_lines_to_handles() -> None:
     sites = call_sites(WRAPPER)
     lines = WRAPPER.splitlines()

@@ -41,7 +41,7 @@ _CPP_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\((\[.*?\]),
 _CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
 _PROVENANCE_HANDLE = re.compile(r"#\s*\[Provenance debug handles\] (\S+):(\d+)\s*$")
 _POST_GRAD_FILE = re.compile(r"#\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
-_POST_GRAD_NODE = re.compile(r"^\s*(\w+): .*?= torch\.ops\.([\w.]+)\(")
+_POST_GRAD_NODE = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.([\w.]+)\(")  # several outputs: no annotation
 # Any call node with its arguments (a node with several outputs has no type annotation).
 _POST_GRAD_CALL = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.[\w.]+\((.*)$")
 # A NaN/Inf literal among a node's arguments, as FX prints floats: `full.default([8, 8], -inf, ...)`.
