@@ -20,8 +20,9 @@ Backends: `aot_eager` (fault planted in AOT autograd's graphs by a custom backen
 Per model and backend it prints: observable faults, exact (the reported source line
 is the planted node's), among the candidates, wrong, false match (verdict `match`
 on an observable fault), failed runs, and whether the clean run (no fault) matches.
-Results: bench/out/localize-<device>.md and .json; each run's directory under
-bench/out/localize-<device>/.
+Results: bench/out/localize-<device>.md (the table) and .jsonl (one line per
+fault, written as each finishes; `--summarize FILE` tables a run cut short);
+each run's traces and report under bench/out/localize-<device>/ (or --work).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def list_nodes(model: str, backend: str, device: str, work: Path) -> list[dict[str, Any]]:
+    work.mkdir(parents=True, exist_ok=True)
     listing = work / "nodes.jsonl"
     listing.unlink(missing_ok=True)
     subprocess.run([sys.executable, str(TARGET), model, "--device", device, "--backend", backend], cwd=HERE,
@@ -67,22 +69,48 @@ def list_nodes(model: str, backend: str, device: str, work: Path) -> list[dict[s
 def record_reference(model: str, device: str, work: Path) -> Path:
     """One eager recording of the script, shared by every fault of this model (recorded as `run` records A)."""
     from tracediff.config import load_config
-    from tracediff.run.pipeline import record_run
+    from tracediff.run.launcher import record_in_subprocess
 
+    config = load_config(None)
     trace = work / "a-eager.jsonl"
     result_dir = work / "reference"
     result_dir.mkdir(exist_ok=True)
-    saved, env = dict(os.environ), _env(TRACEDIFF_PLANT_OUT=str(result_dir))
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        run = record_run(TARGET, [model, "--device", device], "eager", trace, load_config(None), echo=lambda _l: None)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    run = record_in_subprocess(TARGET, [model, "--device", device], backend="eager", trace=trace, seed=config.seed,
+                               exact=config.exact, fallback_random=config.fallback_random, timeout=config.timeout,
+                               echo=lambda _line: None, env=_env(TRACEDIFF_PLANT_OUT=str(result_dir)))
     if run.failure():
         raise SystemExit(f"eager recording of {model} failed: {run.failure()}")
     return trace
+
+
+def plan(model: str, backends: list[str], args: argparse.Namespace, out: Path) -> list[list[dict[str, Any]]]:
+    """Record the model's reference, list each backend's eligible nodes, draw the faults: one job list per backend."""
+    work = out / model
+    work.mkdir(exist_ok=True)
+    log(f"[{model}] recording the eager reference, listing eligible nodes")
+    reference = record_reference(model, args.device, work)
+    groups = []
+    for backend in backends:
+        nodes = list_nodes(model, backend, args.device, work / backend)
+        picked = nodes if len(nodes) <= args.samples else random.Random(f"{args.seed}{model}{backend}").sample(nodes, args.samples)
+        log(f"[{model}/{backend}] {len(nodes)} eligible nodes, {len(picked)} faults")
+        common = dict(model=model, backend=backend, device=args.device, reference=str(reference),
+                      reference_results=str(work / "reference" / "a.pt"))
+        jobs = [dict(common, dir=str(work / backend / "clean"), plant=None, truth=None)]
+        for node in picked:
+            jobs.append(dict(common, dir=str(work / backend / f"g{node['graph']}n{node['node']}"),
+                             plant=f"{node['graph']}:{node['node']}:{SCALE}", truth=node["source"],
+                             node=node["name"], op=node["op"], backward=node["backward"]))
+        groups.append(jobs)
+    return groups
+
+
+def interleaved(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Round-robin over models and backends, so a run cut short has covered every one alike."""
+    jobs: list[dict[str, Any]] = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        jobs.extend(g[i] for g in groups if i < len(g))
+    return jobs
 
 
 def run_fault(job: dict[str, Any]) -> dict[str, Any]:
@@ -191,10 +219,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
-    parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="where the tables go")
+    parser.add_argument("--work", help="where each run's traces go [default: OUT/localize-DEVICE]")
+    parser.add_argument("--summarize", metavar="JSONL", help="print the table of a (possibly cut short) run's results")
     args = parser.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
+        return
+    if args.summarize:
+        print(summarize([json.loads(line) for line in Path(args.summarize).read_text().splitlines()]))
         return
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(ROOT))
@@ -207,41 +240,38 @@ def main() -> None:
         except ImportError:
             log("transformers is not installed: library models skipped (pip install transformers)")
             names = [m for m in names if m not in models.LIBRARY]
-    out = Path(args.out) / f"localize-{args.device.split(':')[0]}"
-    out.mkdir(parents=True, exist_ok=True)
-    jobs: list[dict[str, Any]] = []
+    device = args.device.split(":")[0]
+    work = Path(args.work or Path(args.out) / f"localize-{device}")
+    work.mkdir(parents=True, exist_ok=True)
+    progress = Path(args.out) / f"localize-{device}.jsonl"  # one line per finished fault: a cut-short run keeps them
+    progress.unlink(missing_ok=True)
     started = time.monotonic()
-    for model in names:
-        work = out / model
-        work.mkdir(exist_ok=True)
-        log(f"[{model}] recording the eager reference")
-        reference = record_reference(model, args.device, work)
-        for backend in args.backends.split(","):
-            nodes = list_nodes(model, backend, args.device, work)
-            picked = nodes if len(nodes) <= args.samples else random.Random(f"{args.seed}{model}{backend}").sample(nodes, args.samples)
-            log(f"[{model}/{backend}] {len(nodes)} eligible nodes, {len(picked)} faults")
-            common = dict(model=model, backend=backend, device=args.device, reference=str(reference),
-                          reference_results=str(work / "reference" / "a.pt"))
-            jobs.append(dict(common, dir=str(work / backend / "clean"), plant=None, truth=None))
-            for node in picked:
-                jobs.append(dict(common, dir=str(work / backend / f"g{node['graph']}n{node['node']}"),
-                                 plant=f"{node['graph']}:{node['node']}:{SCALE}", truth=node["source"],
-                                 node=node["name"], op=node["op"], backward=node["backward"]))
-    results: list[dict[str, Any]] = []
+    backends = args.backends.split(",")
     with ThreadPoolExecutor(args.jobs) as pool:
+        groups = [g for model_groups in pool.map(lambda m: plan(m, backends, args, work), names) for g in model_groups]
+        jobs = interleaved(groups)
+        results: list[dict[str, Any]] = []
         for done in pool.map(run_fault, jobs):
             results.append(done)
+            with open(progress, "a", encoding="utf-8") as f:
+                f.write(json.dumps(done) + "\n")
             rep = done.get("reported") or {}
             log(f"[{len(results)}/{len(jobs)}] {done['model']}/{done['backend']} {done.get('node') or 'clean'} "
                 f"({done.get('op') or ''} {done.get('truth') or ''}): {done['outcome']}"
                 + (f" -> {rep.get('op')} {rep.get('source')}" if done["outcome"] in ("wrong", "among") else ""))
-    table = summarize(results)
     header = (f"Localization benchmark: {platform.node()} ({os.cpu_count()} cores), device {args.device}, "
-              f"{time.monotonic() - started:.0f} s\n\n`python bench/localize/run.py --device {args.device} "
-              f"--models {','.join(names)} --backends {args.backends} --samples {args.samples} --seed {args.seed}`\n")
-    (out.parent / f"localize-{args.device.split(':')[0]}.json").write_text(json.dumps(results, indent=1))
-    (out.parent / f"localize-{args.device.split(':')[0]}.md").write_text(header + "\n" + table + "\n")
-    print(header + "\n" + table)
+              f"torch {_torch_version()}, {time.monotonic() - started:.0f} s\n\n`python bench/localize/run.py "
+              f"--device {args.device} --models {','.join(names)} --backends {args.backends} --samples {args.samples} "
+              f"--seed {args.seed}`\n")
+    text = header + "\n" + summarize(results) + "\n"
+    (Path(args.out) / f"localize-{device}.md").write_text(text)
+    print(text)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 if __name__ == "__main__":
