@@ -241,6 +241,7 @@ def main() -> None:
             log("transformers is not installed: library models skipped (pip install transformers)")
             names = [m for m in names if m not in models.LIBRARY]
     device = args.device.split(":")[0]
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     work = Path(args.work or Path(args.out) / f"localize-{device}")
     work.mkdir(parents=True, exist_ok=True)
     progress = Path(args.out) / f"localize-{device}.jsonl"  # one line per finished fault: a cut-short run keeps them
