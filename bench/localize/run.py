@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import time
@@ -91,7 +92,8 @@ def plan(model: str, backends: list[str], args: argparse.Namespace, out: Path) -
     reference = record_reference(model, args.device, work)
     groups = []
     for backend in backends:
-        nodes = list_nodes(model, backend, args.device, work / backend)
+        nodes = [n for n in list_nodes(model, backend, args.device, work / backend)
+                 if not args.only or re.search(args.only, f"{n['op']} {n['source']}")]
         picked = nodes if len(nodes) <= args.samples else random.Random(f"{args.seed}{model}{backend}").sample(nodes, args.samples)
         log(f"[{model}/{backend}] {len(nodes)} eligible nodes, {len(picked)} faults")
         common = dict(model=model, backend=backend, device=args.device, reference=str(reference),
@@ -221,6 +223,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="where the tables go")
     parser.add_argument("--work", help="where each run's traces go [default: OUT/localize-DEVICE]")
+    parser.add_argument("--only", metavar="REGEX", help="only nodes whose 'op file:line' matches, e.g. 'modeling_llama.py:1[0-9][0-9]'")
     parser.add_argument("--summarize", metavar="JSONL", help="print the table of a (possibly cut short) run's results")
     args = parser.parse_args()
     if args.worker:
