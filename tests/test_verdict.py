@@ -329,3 +329,35 @@ def test_a_deterministic_op_gets_no_note_on_random_numbers(tmp_path: Path) -> No
     a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "custom")
     _chain(a), _chain(b, wrong_cos=True)
     assert not any("random" in note for note in _report(a.close(), b.close())["notes"])
+
+
+def _last_op_region(builder: TraceBuilder, extra: str | None) -> None:
+    """x -> mm(W) returned by a compiled region; `extra`: B scales the result before the exit,
+    by an op ("op") or by a one-op kernel writing the buffer in place ("kernel")."""
+    t = builder.tensor
+    builder.region("enter", [t("x", X, "in0")])
+    h = X @ W
+    builder.op("aten::mm", [t("x", X), t("W", W, "mat2")], [t("h", h, "0")], src="m.py:10", module="Net.fc")
+    out = t("h", h, "out0")
+    if extra == "op":
+        builder.op("aten::mul.Tensor", [t("h", h)], [t("h2", h * 1.01, "0")], src="m.py:10", module="Net.fc")
+        out = t("h2", h * 1.01, "out0")
+    elif extra == "kernel":
+        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "cpp_fused_mm_2", "src": "m.py:10",
+                              "m": "Net.fc", "fuses": [{"op": "aten::mul.Tensor", "src": "m.py:10"}],
+                              "in": [t("h", h, "in_out_ptr0")], "out": [t("h", h * 1.01, "in_out_ptr0", v=1)]})
+        builder.seq += 1
+        out = t("h", h * 1.01, "out0", v=1)
+    builder.region("exit", [out])
+
+
+def test_an_op_only_b_runs_after_the_last_paired_op_of_a_region_is_named(tmp_path: Path) -> None:
+    """aot_eager with a pass on the graph's last value: A's mm agrees with B's, B's extra mul changes the output."""
+    for extra in ("op", "kernel"):
+        a, b = TraceBuilder(tmp_path / f"a-{extra}.jsonl"), TraceBuilder(tmp_path / f"b-{extra}.jsonl", "custom")
+        _last_op_region(a, None), _last_op_region(b, extra)
+        first = _report(a.close(), b.close())["first_divergence"]
+        assert (first["op"], first["source"], first["module"]) == ("aten::mm", "m.py:10", "Net.fc"), extra
+        assert first["observed"]["op"].startswith("region exit")
+        assert first["b"]["index"] == 2 and first["b"]["source"] == "m.py:10"
+        assert "aten::mul.Tensor" in first["note"] and "which A does not" in first["note"]

@@ -10,7 +10,10 @@ record whose outputs disagree is the first *observation* of divergence:
   dataflow back from the disagreeing input through those records until values
   known to agree; the records passed are the candidates;
 - if no such record exists, the value agreed when A made it and B changed it
-  before the read (an op only B runs), or it is a program input.
+  before the read (an op only B runs), or it is a program input;
+- a compiled region's output that differs although every op of A behind it
+  agrees: B's ops after its last paired op (a pass on the graph's last value)
+  are walked back in B and named.
 
 Later disagreements are echoes, counted up to a limit; then reading stops,
 so a divergence early in a long run is reported without parsing the rest.
@@ -168,6 +171,14 @@ class _Walker:
             else:
                 _put_bounded(self.agreed, key, place)
 
+    def counterpart(self, op: str | None, source: str | None) -> Place | None:
+        """The latest record of A whose output agreed that runs `op` at `source` (B's op's own line)."""
+        if op is None or source is None:
+            return None
+        wanted = base_op(op)
+        return next((p for p in reversed(self.agreed.values()) if p.source == source and base_op(p.op) == wanted),
+                    None)
+
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, _Produced] = {}
@@ -186,11 +197,14 @@ class _Walker:
 
 @dataclass(frozen=True, slots=True)
 class _Made:
-    """Who made a value in trace B (for naming an op only B runs)."""
+    """Who made a value in trace B (for naming an op only B runs), and what it read (for walking back)."""
 
     place: Place
     kernel: str | None
     fused: tuple[str, ...]
+    op: str | None = None  # the op it computes (a kernel: the last op it fuses)
+    reads: tuple[Key, ...] = ()
+    moves: bool = False  # only moves or exactly widens values: never the one named
 
     def describe(self) -> str:
         if self.kernel:
@@ -203,6 +217,7 @@ class _BSide:
 
     def __init__(self, path: Any) -> None:
         self.producers: OrderedDict[Key, _Made] = OrderedDict()
+        self.agreed: OrderedDict[Key, None] = OrderedDict()  # B's values known to agree with A's
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
@@ -210,13 +225,36 @@ class _BSide:
     def _alignable(self, trace: Trace) -> Iterator[dict[str, Any]]:
         for record in trace:
             outs = record.get("out", ())
-            if outs:
+            if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
-                             tuple(f["op"] for f in record.get("fuses") or ()))
+                             tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
+                             preserves_values(record))
                 for t in outs:
                     _put_bounded(self.producers, _key(t), made)
             if alignable(record):
                 yield record
+
+    def agree(self, record: dict[str, Any]) -> None:
+        """B's `record` was paired with a record of A whose outputs agree: so do its outputs."""
+        for t in record.get("out", ()):
+            _put_bounded(self.agreed, _key(t), None)
+
+    def walk_back(self, key: Key) -> list[_Made]:
+        """The records of B that made the value `key` from values known to agree, oldest first.
+
+        These ran only in B (no record of A agreed with them): a compiler pass's
+        inserted op, a kernel writing a value after the last paired op.
+        """
+        found: dict[int, _Made] = {}
+        stack = [key]
+        while stack and len(found) < _WALK_LIMIT:
+            key = stack.pop()
+            made = self.producers.get(key)
+            if key in self.agreed or made is None or made.place.index in found:
+                continue
+            found[made.place.index] = made
+            stack.extend(made.reads)
+        return [found[i] for i in sorted(found)]
 
     def rest(self) -> Iterator[dict[str, Any]]:
         """B's alignable records after the current one (all unpaired once A is done)."""
@@ -451,9 +489,12 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     bad = [t for t in bad if amplified.origin(t) is None]
                     if ra["t"] == OP:
                         walker.unknown(ra, candidate=True)  # the chain's last op is a candidate too
-                    result.first = _from_walk(ra, rb, walker.walk_back(bad), out_diffs, inputs_agree=True)
+                    candidates = walker.walk_back(bad)
+                    result.first = ((not candidates and _made_only_in_b(ra, rb, out_diffs, walker, b_side))
+                                    or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
                 walker.known(ra)
+                b_side.agree(rb)
             continue
         if out_diffs and not in_diffs and carried:
             # Differs only because it reads amplified values: amplified too, not a cause.
@@ -491,6 +532,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
             walker.known(ra)
+            b_side.agree(rb)
 
     if sample is not None:
         if result.first is not None:
@@ -573,6 +615,36 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
         note = f"the output of {made_a.op} agrees, but differs by the time {seen.op} (#{seen.index}) reads it"
     return Divergence(_kind(bad), made_a, made_b.place if made_b else Place.of(rb), (made_a,), bad, False, note,
                       observed=seen)
+
+
+def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """A compiled region's output differs and every op of A behind it agrees with its partner in B.
+
+    Then B changed the value after its last paired op: ops only B ran between
+    that op and the region's exit (a compiler pass's op on the graph's last
+    value, a kernel writing it). Name the last of them that computes, at its
+    own source line, and A's op that corresponds to it: the same op at the
+    same line, else A's op whose output B changed.
+    """
+    worst = _worst(diffs)
+    ta = next(t for t in ra.get("out", ()) if t["a"] == worst.arg)
+    tb = next((t for t in rb.get("out", ()) if t["a"] == worst.arg), None)
+    made = b_side.walk_back(_key(tb)) if tb is not None else []
+    if not made:
+        return None
+    computing = [m for m in made if not m.moves]
+    changed = (computing or made)[-1]
+    made_a = walker.agreed.get(_key(ta))
+    a = walker.counterpart(changed.op, changed.place.source) or made_a
+    seen = Place.of(ra)
+    if a is None:
+        return None
+    what = f"the output of {made_a.op} (#{made_a.index}) agrees" if made_a is not None else "every op of A agrees"
+    note = (f"{what}, but B changes it before {seen.op} (#{seen.index}) returns it: B runs "
+            f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not")
+    if len(computing) > 1:
+        note += f" ({len(computing)} such ops in B; named: the last of them)"
+    return Divergence(_kind(worst), a, changed.place, (a,), worst, False, note, observed=seen)
 
 
 def _from_walk(ra: dict, rb: dict, candidates: list[_Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
