@@ -2,6 +2,8 @@
 
 - The graph's last op perturbed (a pass scaling the value the region returns):
   the op only B runs before the region's exit is named at its source line.
+- Values written into a view (`v = h.view(-1); v[idx] = vals; return h`)
+  perturbed: the write is followed to the base the region returns.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import pytest
 from tests.conftest import marker_line
 
 LAST_OP = "last_op_fault.py"
+VIEW_WRITE = "view_index_put.py"
 
 
 def _assert_last_op_named(report: dict, b_op: str) -> None:
@@ -35,3 +38,25 @@ def test_a_post_grad_pass_on_the_last_op_is_named_under_inductor(run_fixture) ->
     result = run_fixture(LAST_OP, "eager,inductor")
     assert result.exit_code == 1, result.stderr
     _assert_last_op_named(result.report, "aten::mul.Tensor")
+
+
+def _assert_view_write_named(report: dict) -> None:
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged"
+    assert first["source"] == f"{VIEW_WRITE}:{marker_line(VIEW_WRITE, 'divergent line')}"
+    assert first["op"] == "aten::index_put_"
+    assert first["observed"]["op"].startswith("region exit Net.forward")
+
+
+def test_a_faulty_write_through_a_view_is_named_under_an_aot_backend(run_fixture) -> None:
+    result = run_fixture(VIEW_WRITE, "eager,fault_index_put:perturb_index_put_backend")
+    assert result.exit_code == 1, result.stderr
+    _assert_view_write_named(result.report)
+
+
+@pytest.mark.slow
+def test_a_faulty_write_through_a_view_fused_by_inductor_is_named(run_fixture) -> None:
+    result = run_fixture(VIEW_WRITE, "eager,inductor", "--no-narrow")
+    assert result.exit_code == 1, result.stderr
+    _assert_view_write_named(result.report)
+    assert "aten::index_put_" in [c["op"] for c in result.report["first_divergence"]["candidates"]]

@@ -15,6 +15,11 @@ record whose outputs disagree is the first *observation* of divergence:
   agrees: B's ops after its last paired op (a pass on the graph's last value)
   are walked back in B and named.
 
+Dataflow keys a value by (tensor id, version). A view shares its base's
+storage and version counter, so a write through it (`v[idx] = x` with
+`v = h.view(-1)`) is also the base's value at that version, and a view read
+after its base was written resolves to that write.
+
 Later disagreements are echoes, counted up to a limit; then reading stops,
 so a divergence early in a long run is reported without parsing the rest.
 Both files are streamed; what stays in memory is the alignment and bounded
@@ -52,6 +57,7 @@ _INHERITED_LIMIT = 10_000
 _STRUCTURE_EXAMPLES = 5
 
 Key = tuple[int, Any]  # (tensor id, version): one value of one tensor
+Ref = tuple[int, Any, Any]  # (tensor id, version, base id or None): a value read, maybe through a view
 
 
 @dataclass(frozen=True)
@@ -114,8 +120,34 @@ def _key(t: dict[str, Any]) -> Key:
     return t["id"], t.get("v")
 
 
-def _reads(record: dict[str, Any]) -> tuple[Key, ...]:
-    return tuple(_key(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
+def _ref(t: dict[str, Any]) -> Ref:
+    return t["id"], t.get("v"), t.get("b")
+
+
+def _reads(record: dict[str, Any]) -> tuple[Ref, ...]:
+    return tuple(_ref(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
+
+
+def _filed(record: dict[str, Any], t: dict[str, Any]) -> tuple[Key, ...]:
+    """The keys an output of `record` is a value of: its own, and its base's when the record wrote
+    it through a view (in place, out=, a kernel's buffer). A view shares its base's version
+    counter, so `v[idx] = x` makes a new value of the base at the same version."""
+    key = _key(t)
+    base, version = t.get("b"), t.get("v")
+    if base is None or version is None:
+        return (key,)
+    if record["t"] == KERNEL or any(x["id"] == t["id"] for x in record.get("in", ())):
+        return key, (base, version)
+    return (key,)  # a view op's new view: the base's value is unchanged
+
+
+def _resolve(ref: Ref, *tables: OrderedDict) -> Key:
+    """The key of a value read: its own if known, else the last write to its base's storage
+    at that version (a view read after its base, or another view of it, was written)."""
+    key = ref[:2]
+    if ref[2] is None or ref[1] is None or any(key in table for table in tables):
+        return key
+    return ref[2], ref[1]
 
 
 def _put_bounded(table: OrderedDict, key: Key, value: Any) -> None:
@@ -131,7 +163,7 @@ class _Produced:
     """What the walk back needs of a record: where it is, what it read."""
 
     place: Place
-    reads: tuple[Key, ...]
+    reads: tuple[Ref, ...]
     candidate: bool
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
@@ -154,22 +186,27 @@ class _Walker:
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
-            self.agreed.pop(_key(t), None)
-            _put_bounded(self.unknown_producers, _key(t), entry)
+            for key in _filed(record, t):
+                self.agreed.pop(key, None)
+                _put_bounded(self.unknown_producers, key, entry)
 
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
         self.amplified.forget(record)
         for t in record.get("out", ()):
-            key = _key(t)
-            self.unknown_producers.pop(key, None)
-            if t.get("uninit"):
-                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
-            elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
-                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
-            else:
-                _put_bounded(self.agreed, key, place)
+            for key in _filed(record, t):
+                self.unknown_producers.pop(key, None)
+                if t.get("uninit"):
+                    _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
+                elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
+                    _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
+                else:
+                    _put_bounded(self.agreed, key, place)
+
+    def agreed_value(self, t: dict[str, Any]) -> Place | None:
+        """The record of A that made `t`'s value, if that value agreed with B's."""
+        return self.agreed.get(_resolve(_ref(t), self.agreed, self.unknown_producers))
 
     def counterpart(self, op: str | None, source: str | None) -> Place | None:
         """The latest record of A whose output agreed that runs `op` at `source` (B's op's own line)."""
@@ -183,9 +220,9 @@ class _Walker:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, _Produced] = {}
         visited: set[int] = set()
-        stack = [_key(t) for t in start]
+        stack = [_ref(t) for t in start]
         while stack and len(visited) < _WALK_LIMIT:
-            entry = self.unknown_producers.get(stack.pop())
+            entry = self.unknown_producers.get(_resolve(stack.pop(), self.unknown_producers, self.agreed))
             if entry is None or entry.place.index in visited:
                 continue
             visited.add(entry.place.index)
@@ -203,7 +240,7 @@ class _Made:
     kernel: str | None
     fused: tuple[str, ...]
     op: str | None = None  # the op it computes (a kernel: the last op it fuses)
-    reads: tuple[Key, ...] = ()
+    reads: tuple[Ref, ...] = ()
     moves: bool = False  # only moves or exactly widens values: never the one named
 
     def describe(self) -> str:
@@ -217,7 +254,7 @@ class _BSide:
 
     def __init__(self, path: Any) -> None:
         self.producers: OrderedDict[Key, _Made] = OrderedDict()
-        self.agreed: OrderedDict[Key, None] = OrderedDict()  # B's values known to agree with A's
+        self.agreed: OrderedDict[Key, bool] = OrderedDict()  # B's values known to agree with A's
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
@@ -230,25 +267,31 @@ class _BSide:
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
                              preserves_values(record))
                 for t in outs:
-                    _put_bounded(self.producers, _key(t), made)
+                    for key in _filed(record, t):
+                        _put_bounded(self.producers, key, made)
             if alignable(record):
                 yield record
 
     def agree(self, record: dict[str, Any]) -> None:
         """B's `record` was paired with a record of A whose outputs agree: so do its outputs."""
         for t in record.get("out", ()):
-            _put_bounded(self.agreed, _key(t), None)
+            for key in _filed(record, t):
+                _put_bounded(self.agreed, key, True)
 
-    def walk_back(self, key: Key) -> list[_Made]:
-        """The records of B that made the value `key` from values known to agree, oldest first.
+    def producer(self, t: dict[str, Any]) -> _Made | None:
+        """The record of B that made `t`'s value (through a view: the last write to its base)."""
+        return self.producers.get(_resolve(_ref(t), self.producers))
+
+    def walk_back(self, start: dict[str, Any]) -> list[_Made]:
+        """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
 
         These ran only in B (no record of A agreed with them): a compiler pass's
         inserted op, a kernel writing a value after the last paired op.
         """
         found: dict[int, _Made] = {}
-        stack = [key]
+        stack = [_ref(start)]
         while stack and len(found) < _WALK_LIMIT:
-            key = stack.pop()
+            key = _resolve(stack.pop(), self.producers, self.agreed)
             made = self.producers.get(key)
             if key in self.agreed or made is None or made.place.index in found:
                 continue
@@ -600,9 +643,9 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
     """
     bad = _worst(in_diffs)  # the value B changed is the one to show
     ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
-    made_a = walker.agreed.get(_key(ta))
+    made_a = walker.agreed_value(ta)
     tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
-    made_b = b_side.producers.get(_key(tb)) if tb is not None else None
+    made_b = b_side.producer(tb) if tb is not None else None
     seen = Place.of(ra)
     if made_a is None:
         note = (f"its input {bad.arg!r} already differs and no recorded op of A produced it: "
@@ -629,12 +672,12 @@ def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker
     worst = _worst(diffs)
     ta = next(t for t in ra.get("out", ()) if t["a"] == worst.arg)
     tb = next((t for t in rb.get("out", ()) if t["a"] == worst.arg), None)
-    made = b_side.walk_back(_key(tb)) if tb is not None else []
+    made = b_side.walk_back(tb) if tb is not None else []
     if not made:
         return None
     computing = [m for m in made if not m.moves]
     changed = (computing or made)[-1]
-    made_a = walker.agreed.get(_key(ta))
+    made_a = walker.agreed_value(ta)
     a = walker.counterpart(changed.op, changed.place.source) or made_a
     seen = Place.of(ra)
     if a is None:
