@@ -384,7 +384,8 @@ def test_a_write_through_a_view_is_a_new_value_of_its_base(tmp_path: Path) -> No
             a.op("aten::view", [t("h", h)], [t("v", h.view(-1), "0", base="h")], src="m.py:21")
             a.op("aten::tanh", [t("x", X)], [t("th", vals / 3, "0")], src="m.py:22")
             a.op("aten::mul.Tensor", [t("th", vals / 3)], [t("vals", vals, "0")], src="m.py:22")
-            a.op("aten::index_put_", [t("v", h.view(-1), base="h"), t("idx", idx, "indices.0"), t("vals", vals, "values")],
+            a.op("aten::index_put_",
+                 [t("v", h.view(-1), base="h"), t("idx", idx, "indices.0"), t("vals", vals, "values")],
                  [t("v", written, "0", base="h", v=1)], src="m.py:22")
         else:
             _kernel(b, "cpp_fused_index_put_mul_tanh_0", ["aten::tanh", "aten::mul.Tensor", "aten::index_put_"],
@@ -392,7 +393,8 @@ def test_a_write_through_a_view_is_a_new_value_of_its_base(tmp_path: Path) -> No
         builder.region("exit", [t("h", written.view(3, 4), "out0", v=1)])
     first = _report(a.close(), b.close())["first_divergence"]
     assert (first["op"], first["source"]) == ("aten::index_put_", "m.py:22")
-    assert [c["op"] for c in first["candidates"]] == ["aten::view", "aten::tanh", "aten::mul.Tensor", "aten::index_put_"]
+    assert [c["op"] for c in first["candidates"]] == [
+        "aten::view", "aten::tanh", "aten::mul.Tensor", "aten::index_put_"]
 
 
 def test_a_view_read_after_its_base_was_written_in_place_walks_back_to_the_write(tmp_path: Path) -> None:
