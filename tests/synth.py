@@ -21,8 +21,12 @@ class TraceBuilder:
         self.compile_calls = compile_calls
         self._ids: dict[str, int] = {}
 
-    def tensor(self, name: str, value: torch.Tensor, arg: str = "self", **extra: Any) -> dict[str, Any]:
+    def tensor(self, name: str, value: torch.Tensor, arg: str = "self", base: str | None = None,
+               **extra: Any) -> dict[str, Any]:
+        """`base`: the name of the tensor this one is a view of (its storage's owner)."""
         tid = self._ids.setdefault(name, len(self._ids))
+        if base is not None:
+            extra["b"] = self._ids.setdefault(base, len(self._ids))
         return {"a": arg, "id": tid, "v": 0, "dt": str(value.dtype).removeprefix("torch."), "sh": list(value.shape),
                 "dev": "cpu", "fp": fingerprint(value), **extra}
 

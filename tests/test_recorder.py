@@ -89,6 +89,24 @@ def test_inplace_ops_see_inputs_before_and_outputs_after(tmp_path: Path) -> None
     assert add_out["out"][0]["fp"]["sum"] == 9.0
 
 
+def test_views_name_their_base_and_a_write_through_one_is_a_value_of_the_base(tmp_path: Path) -> None:
+    with tracediff.record(tmp_path / "t.jsonl"):
+        h = torch.zeros(2, 3)
+        v = h.view(-1)
+        v[torch.tensor([1, 4])] = torch.tensor([5.0, 7.0])
+        h.sum()
+    zeros, view, *_, index_put, total = _ops(tmp_path / "t.jsonl")
+    assert view["op"] == "aten::view" and index_put["op"] == "aten::index_put_"
+    h_id = zeros["out"][0]["id"]
+    assert "b" not in zeros["out"][0]
+    assert index_put["in"][0]["id"] == view["out"][0]["id"] and index_put["in"][0]["b"] == h_id
+    written = index_put["out"][0]
+    assert written["b"] == h_id
+    # h is read at the version the write through the view made: (base id, version) names that value.
+    assert (total["in"][0]["id"], total["in"][0]["v"]) == (h_id, written["v"])
+    assert total["in"][0]["fp"]["sum"] == 12.0
+
+
 def test_uninitialized_outputs_are_marked(tmp_path: Path) -> None:
     with tracediff.record(tmp_path / "t.jsonl"):
         torch.empty(5)

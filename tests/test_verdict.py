@@ -355,3 +355,90 @@ def test_a_value_changed_by_an_op_only_b_runs_is_no_crossed_pair(tmp_path: Path)
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first
     assert "aten::mul.Tensor" in first["note"]
     assert first["pinned_by"] == "position"
+
+
+def _last_op_region(builder: TraceBuilder, extra: str | None) -> None:
+    """x -> mm(W) returned by a compiled region; `extra`: B scales the result before the exit,
+    by an op ("op") or by a one-op kernel writing the buffer in place ("kernel")."""
+    t = builder.tensor
+    builder.region("enter", [t("x", X, "in0")])
+    h = X @ W
+    builder.op("aten::mm", [t("x", X), t("W", W, "mat2")], [t("h", h, "0")], src="m.py:10", module="Net.fc")
+    out = t("h", h, "out0")
+    if extra == "op":
+        builder.op("aten::mul.Tensor", [t("h", h)], [t("h2", h * 1.01, "0")], src="m.py:10", module="Net.fc")
+        out = t("h2", h * 1.01, "out0")
+    elif extra == "kernel":
+        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "cpp_fused_mm_2", "src": "m.py:10",
+                              "m": "Net.fc", "fuses": [{"op": "aten::mul.Tensor", "src": "m.py:10"}],
+                              "in": [t("h", h, "in_out_ptr0")], "out": [t("h", h * 1.01, "in_out_ptr0", v=1)]})
+        builder.seq += 1
+        out = t("h", h * 1.01, "out0", v=1)
+    builder.region("exit", [out])
+
+
+def test_an_op_only_b_runs_after_the_last_paired_op_of_a_region_is_named(tmp_path: Path) -> None:
+    """aot_eager with a pass on the graph's last value: A's mm agrees with B's, B's extra mul changes the output."""
+    for extra in ("op", "kernel"):
+        a, b = TraceBuilder(tmp_path / f"a-{extra}.jsonl"), TraceBuilder(tmp_path / f"b-{extra}.jsonl", "custom")
+        _last_op_region(a, None), _last_op_region(b, extra)
+        first = _report(a.close(), b.close())["first_divergence"]
+        assert (first["op"], first["source"], first["module"]) == ("aten::mm", "m.py:10", "Net.fc"), extra
+        assert first["observed"]["op"].startswith("region exit")
+        assert first["b"]["index"] == 2 and first["b"]["source"] == "m.py:10"
+        assert "aten::mul.Tensor" in first["note"] and "which A does not" in first["note"]
+
+
+def _kernel(builder: TraceBuilder, name: str, fuses: list[str], inputs: list[dict], outputs: list[dict]) -> None:
+    builder.writer.write({"t": "kernel", "i": builder.seq, "name": name, "src": "m.py:21", "m": "Net",
+                          "fuses": [{"op": op, "src": "m.py:21"} for op in fuses], "in": inputs, "out": outputs})
+    builder.seq += 1
+
+
+def test_a_write_through_a_view_is_a_new_value_of_its_base(tmp_path: Path) -> None:
+    """`v = h.view(-1); v[idx] = vals; return h`: inductor fuses the write into one kernel writing h's buffer."""
+    idx = torch.tensor([1, 5, 9])
+    h = X @ W
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    for builder, scale in ((a, 1.0), (b, 1.01)):
+        t = builder.tensor
+        vals = torch.tanh(X[0, :3]) * 3 * scale
+        written = h.clone().view(-1).index_put_((idx,), vals)
+        builder.region("enter", [t("x", X, "in0"), t("idx", idx, "in1")])
+        builder.op("aten::mm", [t("x", X), t("W", W, "mat2")], [t("h", h, "0")], src="m.py:20")
+        if builder is a:
+            a.op("aten::view", [t("h", h)], [t("v", h.view(-1), "0", base="h")], src="m.py:21")
+            a.op("aten::tanh", [t("x", X)], [t("th", vals / 3, "0")], src="m.py:22")
+            a.op("aten::mul.Tensor", [t("th", vals / 3)], [t("vals", vals, "0")], src="m.py:22")
+            a.op("aten::index_put_",
+                 [t("v", h.view(-1), base="h"), t("idx", idx, "indices.0"), t("vals", vals, "values")],
+                 [t("v", written, "0", base="h", v=1)], src="m.py:22")
+        else:
+            _kernel(b, "cpp_fused_index_put_mul_tanh_0", ["aten::tanh", "aten::mul.Tensor", "aten::index_put_"],
+                    [t("x", X, "in_ptr0"), t("idx", idx, "in_ptr1")], [t("h", written.view(3, 4), "out_ptr0", v=1)])
+        builder.region("exit", [t("h", written.view(3, 4), "out0", v=1)])
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert (first["op"], first["source"]) == ("aten::index_put_", "m.py:22")
+    assert [c["op"] for c in first["candidates"]] == [
+        "aten::view", "aten::tanh", "aten::mul.Tensor", "aten::index_put_"]
+
+
+def test_a_view_read_after_its_base_was_written_in_place_walks_back_to_the_write(tmp_path: Path) -> None:
+    """`v = h.view(-1); h.mul_(c); v.sum()`: the sum reads the value mul_ made, through the view."""
+    h = X @ W
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    for builder, scale in ((a, 2.0), (b, 2.02)):
+        t = builder.tensor
+        total = (h * scale).sum()
+        builder.region("enter", [t("x", X, "in0")])
+        builder.op("aten::mm", [t("x", X), t("W", W, "mat2")], [t("h", h, "0")], src="m.py:20")
+        if builder is a:
+            a.op("aten::view", [t("h", h)], [t("v", h.view(-1), "0", base="h")], src="m.py:21")
+            a.op("aten::mul_.Tensor", [t("h", h)], [t("h", h * scale, "0", v=1)], src="m.py:22")
+            a.op("aten::sum", [t("v", (h * scale).view(-1), base="h", v=1)], [t("s", total, "0")], src="m.py:23")
+        else:
+            _kernel(b, "cpp_fused_mul_sum_0", ["aten::mul.Tensor", "aten::sum"], [t("h", h, "in_ptr0")],
+                    [t("s", total, "out_ptr0")])
+        builder.region("exit", [t("s", total, "out0")])
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert [c["op"] for c in first["candidates"]] == ["aten::mul_.Tensor", "aten::sum"]

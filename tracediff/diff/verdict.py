@@ -10,7 +10,15 @@ record whose outputs disagree is the first *observation* of divergence:
   dataflow back from the disagreeing input through those records until values
   known to agree; the records passed are the candidates;
 - if no such record exists, the value agreed when A made it and B changed it
-  before the read (an op only B runs), or it is a program input.
+  before the read (an op only B runs), or it is a program input;
+- a compiled region's output that differs although every op of A behind it
+  agrees: B's ops after its last paired op (a pass on the graph's last value)
+  are walked back in B and named.
+
+Dataflow keys a value by (tensor id, version). A view shares its base's
+storage and version counter, so a write through it (`v[idx] = x` with
+`v = h.view(-1)`) is also the base's value at that version, and a view read
+after its base was written resolves to that write.
 
 Later disagreements are echoes, counted up to a limit; then reading stops,
 so a divergence early in a long run is reported without parsing the rest.
@@ -49,6 +57,7 @@ _INHERITED_LIMIT = 10_000
 _STRUCTURE_EXAMPLES = 5
 
 Key = tuple[int, Any]  # (tensor id, version): one value of one tensor
+Ref = tuple[int, Any, Any]  # (tensor id, version, base id or None): a value read, maybe through a view
 
 
 @dataclass(frozen=True)
@@ -111,8 +120,34 @@ def _key(t: dict[str, Any]) -> Key:
     return t["id"], t.get("v")
 
 
-def _reads(record: dict[str, Any]) -> tuple[Key, ...]:
-    return tuple(_key(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
+def _ref(t: dict[str, Any]) -> Ref:
+    return t["id"], t.get("v"), t.get("b")
+
+
+def _reads(record: dict[str, Any]) -> tuple[Ref, ...]:
+    return tuple(_ref(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
+
+
+def _filed(record: dict[str, Any], t: dict[str, Any]) -> tuple[Key, ...]:
+    """The keys an output of `record` is a value of: its own, and its base's when the record wrote
+    it through a view (in place, out=, a kernel's buffer). A view shares its base's version
+    counter, so `v[idx] = x` makes a new value of the base at the same version."""
+    key = _key(t)
+    base, version = t.get("b"), t.get("v")
+    if base is None or version is None:
+        return (key,)
+    if record["t"] == KERNEL or any(x["id"] == t["id"] for x in record.get("in", ())):
+        return key, (base, version)
+    return (key,)  # a view op's new view: the base's value is unchanged
+
+
+def _resolve(ref: Ref, *tables: OrderedDict) -> Key:
+    """The key of a value read: its own if known, else the last write to its base's storage
+    at that version (a view read after its base, or another view of it, was written)."""
+    key = ref[:2]
+    if ref[2] is None or ref[1] is None or any(key in table for table in tables):
+        return key
+    return ref[2], ref[1]
 
 
 def _put_bounded(table: OrderedDict, key: Key, value: Any) -> None:
@@ -128,7 +163,7 @@ class _Produced:
     """What the walk back needs of a record: where it is, what it read."""
 
     place: Place
-    reads: tuple[Key, ...]
+    reads: tuple[Ref, ...]
     candidate: bool
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
@@ -151,30 +186,43 @@ class _Walker:
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
-            self.agreed.pop(_key(t), None)
-            _put_bounded(self.unknown_producers, _key(t), entry)
+            for key in _filed(record, t):
+                self.agreed.pop(key, None)
+                _put_bounded(self.unknown_producers, key, entry)
 
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
         self.amplified.forget(record)
         for t in record.get("out", ()):
-            key = _key(t)
-            self.unknown_producers.pop(key, None)
-            if t.get("uninit"):
-                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
-            elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
-                _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
-            else:
-                _put_bounded(self.agreed, key, place)
+            for key in _filed(record, t):
+                self.unknown_producers.pop(key, None)
+                if t.get("uninit"):
+                    _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
+                elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
+                    _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
+                else:
+                    _put_bounded(self.agreed, key, place)
+
+    def agreed_value(self, t: dict[str, Any]) -> Place | None:
+        """The record of A that made `t`'s value, if that value agreed with B's."""
+        return self.agreed.get(_resolve(_ref(t), self.agreed, self.unknown_producers))
+
+    def counterpart(self, op: str | None, source: str | None) -> Place | None:
+        """The latest record of A whose output agreed that runs `op` at `source` (B's op's own line)."""
+        if op is None or source is None:
+            return None
+        wanted = base_op(op)
+        return next((p for p in reversed(self.agreed.values()) if p.source == source and base_op(p.op) == wanted),
+                    None)
 
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, _Produced] = {}
         visited: set[int] = set()
-        stack = [_key(t) for t in start]
+        stack = [_ref(t) for t in start]
         while stack and len(visited) < _WALK_LIMIT:
-            entry = self.unknown_producers.get(stack.pop())
+            entry = self.unknown_producers.get(_resolve(stack.pop(), self.unknown_producers, self.agreed))
             if entry is None or entry.place.index in visited:
                 continue
             visited.add(entry.place.index)
@@ -186,11 +234,14 @@ class _Walker:
 
 @dataclass(frozen=True, slots=True)
 class _Made:
-    """Who made a value in trace B (for naming an op only B runs)."""
+    """Who made a value in trace B (for naming an op only B runs), and what it read (for walking back)."""
 
     place: Place
     kernel: str | None
     fused: tuple[str, ...]
+    op: str | None = None  # the op it computes (a kernel: the last op it fuses)
+    reads: tuple[Ref, ...] = ()
+    moves: bool = False  # only moves or exactly widens values: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
 
     def describe(self) -> str:
@@ -205,6 +256,7 @@ class _BSide:
     def __init__(self, path: Any, paired: bytearray) -> None:
         self.producers: OrderedDict[Key, _Made] = OrderedDict()
         self._paired = paired  # per alignable record of B: does it have a partner in A?
+        self.agreed: OrderedDict[Key, bool] = OrderedDict()  # B's values known to agree with A's
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
@@ -214,15 +266,43 @@ class _BSide:
         for record in trace:
             outs = record.get("out", ())
             is_alignable = alignable(record)
-            if outs:
+            if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
-                             tuple(f["op"] for f in record.get("fuses") or ()),
-                             only_b=is_alignable and not self._paired[count])
+                             tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
+                             preserves_values(record), only_b=is_alignable and not self._paired[count])
                 for t in outs:
-                    _put_bounded(self.producers, _key(t), made)
+                    for key in _filed(record, t):
+                        _put_bounded(self.producers, key, made)
             if is_alignable:
                 count += 1
                 yield record
+
+    def agree(self, record: dict[str, Any]) -> None:
+        """B's `record` was paired with a record of A whose outputs agree: so do its outputs."""
+        for t in record.get("out", ()):
+            for key in _filed(record, t):
+                _put_bounded(self.agreed, key, True)
+
+    def producer(self, t: dict[str, Any]) -> _Made | None:
+        """The record of B that made `t`'s value (through a view: the last write to its base)."""
+        return self.producers.get(_resolve(_ref(t), self.producers))
+
+    def walk_back(self, start: dict[str, Any]) -> list[_Made]:
+        """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
+
+        These ran only in B (no record of A agreed with them): a compiler pass's
+        inserted op, a kernel writing a value after the last paired op.
+        """
+        found: dict[int, _Made] = {}
+        stack = [_ref(start)]
+        while stack and len(found) < _WALK_LIMIT:
+            key = _resolve(stack.pop(), self.producers, self.agreed)
+            made = self.producers.get(key)
+            if key in self.agreed or made is None or made.place.index in found:
+                continue
+            found[made.place.index] = made
+            stack.extend(made.reads)
+        return [found[i] for i in sorted(found)]
 
     def rest(self) -> Iterator[dict[str, Any]]:
         """B's alignable records after the current one (all unpaired once A is done)."""
@@ -461,9 +541,12 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     bad = [t for t in bad if amplified.origin(t) is None]
                     if ra["t"] == OP:
                         walker.unknown(ra, candidate=True)  # the chain's last op is a candidate too
-                    result.first = _from_walk(ra, rb, walker.walk_back(bad), out_diffs, inputs_agree=True)
+                    candidates = walker.walk_back(bad)
+                    result.first = ((not candidates and _made_only_in_b(ra, rb, out_diffs, walker, b_side))
+                                    or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
                 walker.known(ra)
+                b_side.agree(rb)
             continue
         if out_diffs and not in_diffs and carried:
             # Differs only because it reads amplified values: amplified too, not a cause.
@@ -503,6 +586,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
             walker.known(ra)
+            b_side.agree(rb)
 
     if sample is not None:
         if result.first is not None:
@@ -564,7 +648,7 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     """Was a differing input of B's record made by an op only B runs (e.g. one a compiler pass inserted)?"""
     args = {d.arg for d in in_diffs}
     for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
-        made = b_side.producers.get(_key(tb)) if ta["a"] in args else None
+        made = b_side.producer(tb) if ta["a"] in args else None
         if made is not None and made.only_b:
             return True
     return False
@@ -580,9 +664,9 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
     """
     bad = _worst(in_diffs)  # the value B changed is the one to show
     ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
-    made_a = walker.agreed.get(_key(ta))
+    made_a = walker.agreed_value(ta)
     tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
-    made_b = b_side.producers.get(_key(tb)) if tb is not None else None
+    made_b = b_side.producer(tb) if tb is not None else None
     seen = Place.of(ra)
     if made_a is None:
         note = (f"its input {bad.arg!r} already differs and no recorded op of A produced it: "
@@ -595,6 +679,36 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
         note = f"the output of {made_a.op} agrees, but differs by the time {seen.op} (#{seen.index}) reads it"
     return Divergence(_kind(bad), made_a, made_b.place if made_b else Place.of(rb), (made_a,), bad, False, note,
                       observed=seen)
+
+
+def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """A compiled region's output differs and every op of A behind it agrees with its partner in B.
+
+    Then B changed the value after its last paired op: ops only B ran between
+    that op and the region's exit (a compiler pass's op on the graph's last
+    value, a kernel writing it). Name the last of them that computes, at its
+    own source line, and A's op that corresponds to it: the same op at the
+    same line, else A's op whose output B changed.
+    """
+    worst = _worst(diffs)
+    ta = next(t for t in ra.get("out", ()) if t["a"] == worst.arg)
+    tb = next((t for t in rb.get("out", ()) if t["a"] == worst.arg), None)
+    made = b_side.walk_back(tb) if tb is not None else []
+    if not made:
+        return None
+    computing = [m for m in made if not m.moves]
+    changed = (computing or made)[-1]
+    made_a = walker.agreed_value(ta)
+    a = walker.counterpart(changed.op, changed.place.source) or made_a
+    seen = Place.of(ra)
+    if a is None:
+        return None
+    what = f"the output of {made_a.op} (#{made_a.index}) agrees" if made_a is not None else "every op of A agrees"
+    note = (f"{what}, but B changes it before {seen.op} (#{seen.index}) returns it: B runs "
+            f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not")
+    if len(computing) > 1:
+        note += f" ({len(computing)} such ops in B; named: the last of them)"
+    return Divergence(_kind(worst), a, changed.place, (a,), worst, False, note, observed=seen)
 
 
 def _from_walk(ra: dict, rb: dict, candidates: list[_Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:

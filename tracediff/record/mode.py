@@ -223,18 +223,18 @@ class TraceRecorder(TorchDispatchMode):
         under the coming version. `written`: generated code (an inductor
         kernel) wrote `t` behind the counter's back; count that write here.
         `same_as`: a fingerprint known to be `t`'s without reading it (a layout view).
+        A view also names its base (`b`): a write through the view is a new value
+        of the base's storage, which the diff's dataflow must follow. Views share
+        their base's version counter, so the writes it missed are counted on the base.
         """
-        entry = self._tensor_ids.get(t)
-        if entry is None:
-            # [id, version fingerprinted at, fingerprint, writes the counter missed]
-            entry = [self._next_tensor_id, None, None, 0]
-            self._next_tensor_id += 1
-            self._tensor_ids[t] = entry
+        entry = self._entry(t)
+        base = t._base if t._is_view() else None
+        storage = entry if base is None else self._entry(base)
         if written:
-            entry[3] += 1
+            storage[3] += 1
         version = _version(t)
         if version is not None:
-            version += entry[3] + (1 if mutated else 0)
+            version += storage[3] + (1 if mutated else 0)
         fp = None
         if take_fingerprint:
             if not (mutated or written) and version is not None and entry[1] == version:
@@ -253,8 +253,20 @@ class TraceRecorder(TorchDispatchMode):
         device_name = self._device_names.get(device)
         if device_name is None:
             device_name = self._device_names[device] = str(device)
-        return {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
-                "fp": fp}
+        described = {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
+                     "fp": fp}
+        if base is not None:
+            described["b"] = storage[0]
+        return described
+
+    def _entry(self, t: torch.Tensor) -> list:
+        """The tensor's [id, version fingerprinted at, fingerprint, writes the counter missed]."""
+        entry = self._tensor_ids.get(t)
+        if entry is None:
+            entry = [self._next_tensor_id, None, None, 0]
+            self._next_tensor_id += 1
+            self._tensor_ids[t] = entry
+        return entry
 
     def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
         """On the host, or for a CUDA tensor a placeholder filled when its batch is read

@@ -34,6 +34,11 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          "sh": [2, 3], "dev": "cpu", "fp": fingerprint | null}
          `id` is stable for one tensor object within a trace, so an input whose id
          equals an earlier output's id was produced by that op (dataflow).
+         "b": base id (views only): the tensor whose storage this view shares (torch's
+         `_base`, the root of a chain of views; autograd links them after the view
+         op, so the view op's own output has no `b` yet). A view shares its base's version
+         counter, so an op writing the view (in place, out=, a kernel) makes value
+         `v` of the base too: `v[idx] = x` changes what `base` holds.
          "ft": level (regions and kernels only): a torch.func wrapper (vmap, grad, jvp)
          seen outside the dispatcher, described by the tensor it wraps (record/functorch.py).
 """
