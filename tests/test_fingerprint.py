@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from tracediff.record.fingerprint import content_hash, fingerprint
+from tracediff.config import Tolerance
+from tracediff.diff.compare import compare_fingerprints
+from tracediff.record.fingerprint import content_hash, fingerprint, sketch_signs
 
 
 @pytest.mark.parametrize(
@@ -29,14 +31,17 @@ from tracediff.record.fingerprint import content_hash, fingerprint
 def test_every_kind_of_tensor_gets_plain_numbers(tensor: torch.Tensor) -> None:
     fp = fingerprint(tensor, exact=True)
     assert fp is not None
-    assert set(fp) == {"sum", "l1", "l2", "max", "nan", "inf", "n", "hash"}
+    assert set(fp) == {"sum", "l1", "l2", "max", "nan", "inf", "n", "sk", "hash"}
     assert all(isinstance(fp[k], float) for k in ("sum", "l1", "l2", "max"))
+    assert len(fp["sk"]) == 4 and all(isinstance(v, float) for v in fp["sk"])
     assert fp["n"] == tensor.numel() * (2 if tensor.is_complex() else 1)
 
 
 def test_statistics_are_what_they_say() -> None:
     fp = fingerprint(torch.tensor([3.0, -4.0]))
-    assert fp == {"sum": -1.0, "l1": 7.0, "l2": 5.0, "max": 4.0, "nan": 0, "inf": 0, "n": 2}
+    signs = sketch_signs()
+    sk = [3.0 * float(signs[0, j]) - 4.0 * float(signs[1, j]) for j in range(4)]
+    assert fp == {"sum": -1.0, "l1": 7.0, "l2": 5.0, "max": 4.0, "nan": 0, "inf": 0, "n": 2, "sk": sk}
 
 
 def test_nan_and_inf_are_counted_and_excluded_from_the_sums() -> None:
@@ -58,7 +63,10 @@ def test_view_and_copy_fingerprint_alike() -> None:
 
 def test_hash_tells_apart_what_sums_cannot() -> None:
     a, b = torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0])
-    assert fingerprint(a) == fingerprint(b)  # a permutation keeps every statistic
+    fa, fb = fingerprint(a), fingerprint(b)
+    assert fa["sk"] != fb["sk"]  # the sketch depends on where each value is
+    fa.pop("sk"), fb.pop("sk")
+    assert fa == fb  # a permutation keeps every other statistic
     assert content_hash(a) != content_hash(b)
 
 
@@ -76,3 +84,28 @@ def test_float64_accumulation_sees_small_float32_differences() -> None:
     y = x.clone()
     y[1234] += 1e-3
     assert fingerprint(x)["sum"] != fingerprint(y)["sum"]
+
+
+def test_the_sketch_sees_a_difference_scattered_with_mixed_signs() -> None:
+    """HF Llama with its rotary cos off by 1%: logits differ by 2e-4 (L2, relative), while sum,
+    l1, l2 and max move by under 1e-5. The sketch estimates ||a - b|| at first order."""
+    a = torch.randn(2, 16, 100, generator=torch.Generator().manual_seed(0))
+    scattered = torch.randn(a.shape, generator=torch.Generator().manual_seed(1))
+    b = a + 4e-4 * a.norm() / a.numel() ** 0.5 * scattered * (a.abs() < 2)  # the largest values untouched
+    fa, fb = fingerprint(a), fingerprint(b)
+    tolerance = Tolerance(rtol=1e-4, atol=1e-6)
+    blind = {k: v for k, v in fa.items() if k != "sk"}, {k: v for k, v in fb.items() if k != "sk"}
+    assert compare_fingerprints(*blind, tolerance).ok  # sum, l1, l2 and max alone see no difference
+    result = compare_fingerprints(fa, fb, tolerance)
+    assert not result.ok and result.statistic == "l2 distance"
+    assert 1e-4 < result.rel_diff < 1e-3
+    assert compare_fingerprints(fa, fingerprint(a + 1e-7 * scattered), tolerance).ok
+
+
+def test_the_sketch_follows_row_major_order_and_sums_large_tensors_exactly() -> None:
+    x = torch.randn(3, 5000, generator=torch.Generator().manual_seed(2))
+    assert fingerprint(x.t())["sk"] == fingerprint(x.t().contiguous())["sk"]
+    assert fingerprint(x.t())["sk"] != fingerprint(x)["sk"]
+    big = torch.randn(3_000_000, generator=torch.Generator().manual_seed(3))
+    same = compare_fingerprints(fingerprint(big), fingerprint(big.clone()), Tolerance(rtol=1e-9, atol=0.0))
+    assert same.ok, same.describe()

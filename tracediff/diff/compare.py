@@ -2,7 +2,8 @@
 
 Each statistic is judged against a scale it is relative to: `sum` against
 `l1` (a sum can cancel to ~0 while its terms are large), the others against
-themselves. `atol` is per element, so it grows with the element count for the
+themselves, and the L2 distance estimated from the sketches against `l2`
+(so `rtol` bounds ||a - b|| / ||a|| as well). `atol` is per element, so it grows with the element count for the
 summed statistics. NaN and Inf never pass silently: their counts must match.
 """
 
@@ -51,17 +52,21 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
         same = a["hash"] == b["hash"]
         return TensorComparison(same, 0.0 if same else math.inf, tolerance, "hash", False)
     n = max(int(a.get("n") or 0), 1)
-    scales = {
-        "sum": (max(abs(a["l1"]), abs(b["l1"])), tolerance.atol * n),
-        "l1": (max(abs(a["l1"]), abs(b["l1"])), tolerance.atol * n),
-        "l2": (max(abs(a["l2"]), abs(b["l2"])), tolerance.atol * math.sqrt(n)),
-        "max": (max(abs(a["max"]), abs(b["max"])), tolerance.atol),
+    l2_scale = max(abs(a["l2"]), abs(b["l2"]))
+    # statistic -> (|a - b|, the scale it is relative to, atol summed over the elements it covers)
+    entries = {
+        "sum": (abs(a["sum"] - b["sum"]), max(abs(a["l1"]), abs(b["l1"])), tolerance.atol * n),
+        "l1": (abs(a["l1"] - b["l1"]), max(abs(a["l1"]), abs(b["l1"])), tolerance.atol * n),
+        "l2": (abs(a["l2"] - b["l2"]), l2_scale, tolerance.atol * math.sqrt(n)),
+        "max": (abs(a["max"] - b["max"]), max(abs(a["max"]), abs(b["max"])), tolerance.atol),
     }
+    distance = sketch_distance(a, b)
+    if distance is not None:  # ||a - b|| estimated, relative to ||a||: scattered differences
+        entries["l2 distance"] = (distance, l2_scale, tolerance.atol * math.sqrt(n))
     worst_rel, worst_stat, ok, by_noise = 0.0, "sum", True, False
-    for stat, (scale, atol) in scales.items():
-        diff = abs(a[stat] - b[stat])
+    for stat, (diff, scale, atol) in entries.items():
         if not math.isfinite(diff):  # finite stats overflowed float64: compare exactly
-            diff = 0.0 if a[stat] == b[stat] else math.inf
+            diff = 0.0 if stat == "l2 distance" or a[stat] == b[stat] else math.inf
         rel = diff / max(scale, _TINY)
         floor = atol + tolerance.rtol * scale
         allowed = floor if noise is None else max(floor, factor * noise * scale)
@@ -76,6 +81,14 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
         return TensorComparison(ok, worst_rel, tolerance, worst_stat, False)
     above = worst_rel / noise if noise > 0 else (0.0 if worst_rel == 0 else math.inf)
     return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, noise, above, ok and by_noise)
+
+
+def sketch_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """||a - b|| estimated from the two sketches (record/fingerprint.py), or None without both."""
+    ska, skb = a.get("sk"), b.get("sk")
+    if not ska or not skb or len(ska) != len(skb):
+        return None
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(ska, skb)) / len(ska))
 
 
 def has_nonfinite(fp: dict[str, Any] | None) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from tracediff.diff.compare import sketch_distance
 from tracediff.diff.sequence import align_sequences
 from tracediff.diff.skeleton import alignable, base_op, chain_op
 from tracediff.trace.reader import Trace
@@ -84,6 +85,9 @@ def relative_noise(a: dict[str, Any] | None, c: dict[str, Any] | None) -> float 
         scale = max(abs(a[scale_stat]), abs(c[scale_stat]))
         if scale > 0:
             worst = max(worst, abs(a[stat] - c[stat]) / scale)
+    distance, scale = sketch_distance(a, c), max(abs(a["l2"]), abs(c["l2"]))
+    if distance is not None and scale > 0:
+        worst = max(worst, distance / scale)
     return worst
 
 

@@ -12,8 +12,8 @@ flight and the final one at the end of the recording.
 
 Per tensor: one Triton kernel (record/fingerprint_kernel.py) where Triton is
 installed, else a few torch reductions; both read the tensor once and write
-per-program partial statistics [sum, l1, sum of squares, max, nan, inf] over
-the finite elements, accumulated in float64. The batch reduction over the
+per-program partial statistics [sum, l1, sum of squares, max, nan, inf, and
+the sketch's four signed sums] over the finite elements, accumulated in float64. The batch reduction over the
 partials is done by torch in a fixed order, so a fingerprint is deterministic.
 All device work goes to the current stream, which is where the program's
 ops run unless it juggles streams itself.
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from tracediff.record.fingerprint import as_real, empty_fingerprint, from_stats
+from tracediff.record.fingerprint import as_real, empty_fingerprint, from_stats, sketch
 
 # Fingerprints per batch (one device buffer, one host read) and batches read at most
 # this late: bounds the records held back in memory, and how often the CPU waits.
@@ -36,7 +36,7 @@ BATCH = 512
 IN_FLIGHT = 4
 # Programs (partial rows) per fingerprint: enough to fill an H100/H200 for large tensors.
 PROGRAMS = 264
-_STATS = 6  # sum, l1, sum of squares, max, nan, inf
+_STATS = 10  # sum, l1, sum of squares, max, nan, inf, four sketch sums
 
 
 @dataclass
@@ -44,7 +44,7 @@ class _Sealed:
     """A full batch whose statistics are on their way to the host."""
 
     event: Any  # torch.cuda.Event recorded after the copy; None for CPU tensors
-    host: torch.Tensor  # [rows, 6] float64, pinned
+    host: torch.Tensor  # [rows, 10] float64, pinned
     slots: list[tuple[dict[str, Any], int]]  # (placeholder, element count) per row
 
 
@@ -59,7 +59,7 @@ def _torch_partials(x: torch.Tensor, row: torch.Tensor) -> None:
     stats = torch.stack([v.sum(dtype=torch.float64), norm(v, 1, dtype=torch.float64), l2 * l2,
                          norm(v, float("inf")).to(torch.float64), nan.to(torch.float64),
                          (nonfinite - nan).to(torch.float64)])
-    row[0].copy_(stats)
+    row[0].copy_(torch.cat([stats, sketch(v)]))
 
 
 def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor, int], None] | None:
@@ -140,7 +140,7 @@ class DeviceFingerprints:
         assert self._partials is not None
         with torch.no_grad():
             p = self._partials[: len(self._slots)]
-            stats = torch.cat([p[:, :, 0:3].sum(1), p[:, :, 3:4].amax(1), p[:, :, 4:6].sum(1)], dim=1)
+            stats = torch.cat([p[:, :, 0:3].sum(1), p[:, :, 3:4].amax(1), p[:, :, 4:_STATS].sum(1)], dim=1)
             event = None
             if stats.is_cuda:
                 host = torch.empty(stats.shape, dtype=torch.float64, pin_memory=True)

@@ -13,6 +13,12 @@ float64 copy of every tensor, four times the memory traffic):
   nan   number of NaN elements
   inf   number of +-Inf elements
   n     number of (real) elements; complex tensors count real and imaginary parts
+  sk    four signed sums over the finite elements, sum_i s_j(i) x_i with fixed pseudo-random
+        signs s_j(i) = +-1 of the element's position (row-major): a sketch of the values.
+        For two tensors, the root mean square of the sketches' differences estimates the
+        L2 distance ||a - b|| (each signed sum's difference has that expected square), so
+        a difference scattered over many elements with mixed signs, which moves sum, l1,
+        l2 and max only at second order, is still seen at first order. Float64 sums.
 
 plus, in exact mode, `hash`: a digest of the raw bytes, for bitwise comparison.
 Fake and meta tensors have no data and get no fingerprint (None). Efficient
@@ -23,6 +29,7 @@ torch.func) have no memory either, but their value is known: all zeros.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 from typing import Any
@@ -30,7 +37,35 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n")
+FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n", "sk")
+# The sketch's signs repeat with this (prime) period: one table of signs serves every size, and
+# a tensor is folded into a vector of this length by one float64 reduction before the signed sums.
+SKETCH_PERIOD = 4099
+SKETCH_WIDTH = 4
+
+
+@functools.lru_cache(maxsize=8)
+def sketch_signs(device: str = "cpu") -> torch.Tensor:
+    """[SKETCH_PERIOD, SKETCH_WIDTH] float64 of +-1: bit j of a multiplicative hash of the position.
+    The same function of the position on every device (record/fingerprint_kernel.py computes it too)."""
+    r = torch.arange(SKETCH_PERIOD, dtype=torch.int64)
+    h = (r * 2654435761) % 2**32
+    h = h ^ (h >> 16)
+    bits = (h.unsqueeze(1) >> torch.arange(SKETCH_WIDTH)) & 1
+    return (bits * 2 - 1).to(torch.float64).to(device)
+
+
+def sketch(x: torch.Tensor) -> torch.Tensor:
+    """The signed sums of flat, finite `x` (float64, [SKETCH_WIDTH]), on x's device, unread."""
+    n = x.numel()
+    signs = sketch_signs(str(x.device))
+    rows, tail = divmod(n, SKETCH_PERIOD)
+    if not rows:
+        return x.to(torch.float64) @ signs[:n]
+    folded = x[: rows * SKETCH_PERIOD].view(rows, SKETCH_PERIOD).sum(0, dtype=torch.float64)
+    if tail:
+        folded[:tail] += x[rows * SKETCH_PERIOD:].to(torch.float64)
+    return folded @ signs
 
 
 def has_data(t: torch.Tensor) -> bool:
@@ -71,13 +106,16 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def from_stats(stats: list[float], n: int) -> dict[str, Any]:
-    """A fingerprint from [sum, l1, sum of squares, max, nan, inf] over the finite elements."""
-    return {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
-            "nan": int(stats[4]), "inf": int(stats[5]), "n": n}
+    """A fingerprint from [sum, l1, sum of squares, max, nan, inf, *sketch] over the finite elements."""
+    fp = {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
+          "nan": int(stats[4]), "inf": int(stats[5]), "n": n}
+    if len(stats) == 6 + SKETCH_WIDTH:
+        fp["sk"] = [float(v) for v in stats[6:]]
+    return fp
 
 
 def empty_fingerprint() -> dict[str, Any]:
-    return {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0}
+    return {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0, "sk": [0.0] * SKETCH_WIDTH}
 
 
 def is_zero_tensor(t: torch.Tensor) -> bool:
@@ -121,9 +159,9 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
             a = x.abs()
             parts = [x.sum(), a.sum(), a.amax()]  # amax: about 2.5x faster than max() on CPU
             parts.append(a.mul_(a).sum())  # after max: squares in place, no second temporary
-            s, l1, mx, sq = torch.stack(parts).tolist()
+            s, l1, mx, sq, *sk = torch.cat([torch.stack(parts).to(torch.float64), sketch(x)]).tolist()
             if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
-                fp = from_stats([s, l1, sq, mx, 0, 0], n)
+                fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
             else:
                 fp = _nonfinite_fingerprint(as_real(t, torch.float64))
         if exact:
@@ -136,10 +174,11 @@ def _nonfinite_fingerprint(x: torch.Tensor) -> dict[str, Any]:
     nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
     finite = x[torch.isfinite(x)]
     if not finite.numel():
-        return from_stats([0.0, 0.0, 0.0, 0.0, nan, inf], x.numel())
+        return from_stats([0.0, 0.0, 0.0, 0.0, nan, inf] + [0.0] * SKETCH_WIDTH, x.numel())
     a = finite.abs()
     s, l1, mx, sq = torch.stack([finite.sum(), a.sum(), a.amax(), (a * a).sum()]).tolist()
-    return from_stats([s, l1, sq, mx, nan, inf], x.numel())
+    sk = sketch(torch.where(torch.isfinite(x), x, 0.0)).tolist()  # positions kept: NaN/Inf read as 0
+    return from_stats([s, l1, sq, mx, nan, inf, *sk], x.numel())
 
 
 def content_hash(t: torch.Tensor) -> str:

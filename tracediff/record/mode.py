@@ -39,11 +39,15 @@ from tracediff.trace.writer import TraceWriter
 _SKIPPED_NAMESPACES = frozenset({"profiler", "debug_mode_ops"})
 
 # Views that only re-lay-out their input's elements (same elements, same count):
-# every fingerprint statistic is order-independent, so the output's is the input's.
+# every fingerprint statistic but the sketch is order-independent, so the output's is the input's.
 _LAYOUT_VIEWS = frozenset(
     {"aten::t", "aten::transpose", "aten::permute", "aten::view", "aten::_unsafe_view", "aten::reshape",
      "aten::alias", "aten::detach", "aten::squeeze", "aten::unsqueeze", "aten::flatten", "aten::unflatten",
      "aten::view_as", "aten::numpy_T", "aten::mT", "aten::mH", "aten::adjoint"}
+)
+# Of those, the ones that reorder elements (row-major): the sketch, which depends on order, is taken anew.
+_REORDERING_VIEWS = frozenset(
+    {"aten::t", "aten::transpose", "aten::permute", "aten::numpy_T", "aten::mT", "aten::mH", "aten::adjoint"}
 )
 
 # Ops whose outputs are uninitialized memory: their values differ run to run by
@@ -99,6 +103,7 @@ class _OpInfo:
     arguments: tuple[tuple[str, bool, bool], ...]  # (name, written, out buffer) per schema argument
     by_name: dict[str, tuple[str, bool, bool]]
     layout_view: bool
+    reorders: bool  # a layout view that changes the elements' row-major order (transpose)
     uninitialized: bool  # every output is uninitialized memory
     scratch_outputs: frozenset[str]  # names of outputs that are uninitialized scratch
 
@@ -107,7 +112,8 @@ class _OpInfo:
         arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
         schema_name = func._schema.name
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
-                   schema_name in _LAYOUT_VIEWS, schema_name in _UNINITIALIZED_OUTPUT_OPS,
+                   schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
+                   schema_name in _UNINITIALIZED_OUTPUT_OPS,
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()))
 
 
@@ -317,7 +323,12 @@ class TraceRecorder(TorchDispatchMode):
         """The input's fingerprint for a layout-only view (not in exact mode: a hash depends on order)."""
         if self.exact or not info.layout_view or not inputs:
             return None
-        return inputs[0].get("fp")
+        fp = inputs[0].get("fp")
+        if fp is None or not info.reorders:
+            return fp
+        if "n" in fp:  # every statistic but the order-dependent sketch
+            return {k: v for k, v in fp.items() if k != "sk"}
+        return None  # a device fingerprint still on its way: the view gets its own
 
     def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]], written: bool = False) -> list[dict[str, Any]]:
         """Describe tensors from outside dispatch (regions, kernels) without recording our own ops.
