@@ -146,6 +146,8 @@ def worker(job: dict[str, Any]) -> None:
     result = dict(job, verdict=report["verdict"], reported={k: first.get(k) for k in ("op", "source", "module")},
                   candidates=[c.get("source") for c in first.get("candidates") or []],
                   narrowing=(first.get("narrowing") or {}).get("result"), notes=report.get("notes", []),
+                  pinned_by=first.get("pinned_by"),
+                  nan_origin=[side for side, place in (report.get("nan_origin") or {}).items() if place],
                   observable=observable(Path(job["reference_results"]), work / "b.pt", config, job["device"]))
     result["outcome"] = score(result)
     (work / "result.json").write_text(json.dumps(result, indent=1))
@@ -200,10 +202,12 @@ def summarize(results: list[dict[str, Any]]) -> str:
         for c in COLUMNS:
             totals[c] += counts[c]
         clean = [r["outcome"] for r in rs if r.get("plant") is None]
+        nan = any(r.get("nan_origin") for r in rs if r.get("plant") is None)
         observed = counts["exact"] + counts["among"] + counts["wrong"] + counts["false_match"]
         rows.append(f"| {model} | {backend} | {observed} | {counts['exact']} | {counts['among']} | {counts['wrong']} | "
                     f"{counts['false_match']} | {counts['failed']} | {counts['unobservable']} | "
-                    f"{'match' if clean == ['clean_match'] else ('FALSE ALARM' if clean else '-')} |")
+                    f"{'match' if clean == ['clean_match'] else ('FALSE ALARM' if clean else '-')}"
+                    f"{' (NaN/Inf origin reported)' if nan else ''} |")
     observed = totals["exact"] + totals["among"] + totals["wrong"] + totals["false_match"]
     if observed:
         rows.append(f"| **all** | | {observed} | {totals['exact']} ({100 * totals['exact'] / observed:.0f}%) | "
