@@ -99,7 +99,7 @@ def _run_and_diff(path: Path, script_args: list[str], backends: list[str], confi
             raise UserError(f"--calibrate: the float64 re-run failed ({noise_run.failure()}); run without --calibrate")
         noise_trace = noise_run.trace
     report = compare_runs(runs[0], runs[1], config, echo, noise_trace, sample)
-    if narrow_fused and needs_narrowing(report, backends[1]) and backends[0] != backends[1]:
+    if narrow_fused and needs_narrowing(report, runs[1].trace) and backends[0] != backends[1]:
         report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
     report["script"] = str(path)
