@@ -187,7 +187,9 @@ def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = T
     narrowing = first.get("narrowing")
     if narrowing:
         fused = narrowing.get("fused_candidates") or []
-        lines.append(f"    narrowing ({narrowing.get('result')}): {narrowing.get('method')}; "
+        how = "".join(f", {label} {narrowing[key]}" for key, label in (("pinned_by", "by"), ("fusion_effect", "fusion effect:"))
+                      if narrowing.get(key))
+        lines.append(f"    narrowing ({narrowing.get('result')}{how}): {narrowing.get('method')}; "
                      f"the fused kernel held {len(fused)} ops: " + ", ".join(c["op"] for c in fused))
     if inherited:
         more = "" if complete else " or more (counting stopped there)"
