@@ -196,3 +196,19 @@ def test_a_difference_only_fusion_makes_is_told_precision(run_fixture) -> None:
     assert evidence["fused_error"] < evidence["eager_error"]
     assert any("precision difference of fusion" in note for note in result.report["notes"])
     assert first["source"] == f"fused_bf16_cancellation.py:{marker_line('fused_bf16_cancellation.py', 'fused line')}"
+
+
+@pytest.mark.slow
+def test_a_fault_only_in_fused_code_is_told_a_wrong_result(run_fixture) -> None:
+    # --calibrate: its float64 run of the reference is the one judged against (no second one).
+    result = run_fixture("wrong_only_when_fused.py", "eager,inductor", "--calibrate")
+    report = result.report
+    narrowing = report["first_divergence"]["narrowing"]
+    assert result.exit_code == 1
+    assert narrowing["result"] == "vanished"
+    assert narrowing["fusion_effect"] == "wrong_result"
+    evidence = narrowing["fusion_evidence"]
+    assert evidence["fused_error"] > 10 * evidence["eager_error"]
+    assert evidence["float64_trace"] == report["calibration"]["noise_trace"]
+    assert any("wrong result of the fused kernel" in note for note in report["notes"])
+    assert not any("precision of fused intermediates" in note for note in report["notes"])

@@ -115,8 +115,9 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
     outcome = judge_unfused(found, candidates, lambda i: i in records and preserves_values(records[i]))
     narrowing["result"] = outcome.result
     if outcome.result == "vanished":
-        effect = _fusion_effect(first, runs[0], noise_trace, script, script_args, config, run_dir, echo)
-        narrowing.update(fusion_effect=effect.effect, fusion_evidence=effect.as_dict())
+        float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', runs[0].backend)}-float64.jsonl"
+        effect = _fusion_effect(first, runs[0], float64_trace, bool(noise_trace), script, script_args, config, echo)
+        narrowing.update(fusion_effect=effect.effect, fusion_evidence=dict(effect.as_dict(), float64_trace=str(float64_trace)))
         return _annotate(report, narrowing, _vanished_note(effect))
     assert found is not None
     if outcome.result == "pinned":
@@ -137,11 +138,10 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
                      f"{found['source']} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
 
 
-def _fusion_effect(first: dict[str, Any], run_a: RunResult, noise_trace: str | None, script: Path,
-                   script_args: list[str], config: Config, run_dir: Path, echo: Callable[[str], None]) -> FusionEffect:
-    """Precision or wrong result: judged against a float64 run of the reference (calibration's, else a new one)."""
-    float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', run_a.backend)}-float64.jsonl"
-    if not noise_trace:
+def _fusion_effect(first: dict[str, Any], run_a: RunResult, float64_trace: Path, recorded: bool, script: Path,
+                   script_args: list[str], config: Config, echo: Callable[[str], None]) -> FusionEffect:
+    """Precision or wrong result: judged against a float64 run of the reference (`recorded`: calibration's)."""
+    if not recorded:
         echo("tracediff: the runs match without fusion; re-running the reference in float64 to tell precision "
              "from a wrong result")
         run = record_in_subprocess(
