@@ -212,3 +212,12 @@ def test_a_fault_only_in_fused_code_is_told_a_wrong_result(run_fixture) -> None:
     assert evidence["float64_trace"] == report["calibration"]["noise_trace"]
     assert any("wrong result of the fused kernel" in note for note in report["notes"])
     assert not any("precision of fused intermediates" in note for note in report["notes"])
+
+
+def test_the_text_report_says_how_the_narrowing_ended() -> None:
+    from tracediff.report.text import narrowing_outcome
+
+    assert narrowing_outcome({"result": "pinned", "pinned_by": "position"}) == "pinned, by position"
+    assert narrowing_outcome({"result": "vanished", "fusion_effect": "wrong_result"}) == \
+        "vanished, fusion effect: wrong_result"
+    assert narrowing_outcome({"result": "moved"}) == "moved"
