@@ -126,3 +126,14 @@ def test_kernels_are_recorded_with_caches_warm_and_cold(tmp_path: Path) -> None:
         kernels.append([(r["name"], [f["op"] for f in r["fuses"]]) for r in records if r["t"] == "kernel"])
     assert kernels[0] and kernels[0] == kernels[1]
     assert any("aten::cos" in ops for _, ops in kernels[1])
+
+
+@pytest.mark.slow
+def test_a_custom_backend_around_compile_fx_gives_kernels_module_paths(tmp_path: Path) -> None:
+    # compile_fx_backend imports compile_fx before tracediff wraps it: the module paths must come anyway.
+    trace = tmp_path / "b.jsonl"
+    subprocess.run([sys.executable, "-m", "tracediff.run.child", "--backend", "compile_fx_backend:my_backend",
+                    "--out", str(trace), str(FIXTURES / "perturbed_layernorm.py")], check=True, capture_output=True)
+    _, records = read_trace(trace)
+    fused = [f for r in records if r["t"] == "kernel" for f in r["fuses"]]
+    assert {f["m"] for f in fused if f["op"] == "aten::rsqrt"} == {"Block.norm"}
