@@ -173,3 +173,14 @@ def test_fused_ops_writing_a_nonfinite_literal_are_marked() -> None:
     assert [(r["op"], r.get("nfs", False)) for r in records] == [
         ("prims::iota", False), ("aten::ge.Scalar", False), ("aten::full", True), ("aten::full", False),
         ("aten::where.self", False)]
+
+
+@pytest.mark.slow
+def test_a_custom_backend_around_compile_fx_gives_kernels_module_paths(tmp_path: Path) -> None:
+    # compile_fx_backend imports compile_fx before tracediff wraps it: the module paths must come anyway.
+    trace = tmp_path / "b.jsonl"
+    subprocess.run([sys.executable, "-m", "tracediff.run.child", "--backend", "compile_fx_backend:my_backend",
+                    "--out", str(trace), str(FIXTURES / "perturbed_layernorm.py")], check=True, capture_output=True)
+    _, records = read_trace(trace)
+    fused = [f for r in records if r["t"] == "kernel" for f in r["fuses"]]
+    assert {f["m"] for f in fused if f["op"] == "aten::rsqrt"} == {"Block.norm"}

@@ -101,10 +101,25 @@ def _floating(t: dict[str, Any]) -> bool:
 
 def measure_noise(reference: str | Path, float64_run: str | Path, factor: float) -> Noise:
     """Pair the reference with its float64 re-run and measure each tensor's noise."""
+    noise = Noise(str(float64_run), factor)
+    for key, t, partner_t in paired_tensors(reference, float64_run, noise):
+        value = relative_noise(t.get("fp"), partner_t.get("fp"))
+        if value is not None:
+            noise.per_tensor[key] = value
+    return noise
+
+
+def paired_tensors(reference: str | Path, float64_run: str | Path,
+                   counts: Noise | None = None) -> Iterator[tuple[TensorKey, dict[str, Any], dict[str, Any]]]:
+    """Each floating tensor of the reference with its partner in the float64 re-run, in trace order.
+
+    `counts`, if given, gets the numbers of paired and alignable records.
+    """
     keys_a = [_key(r) for r in _alignable(reference)]
     keys_c = [_key(r) for r in _alignable(float64_run)]
     partner = dict(align_sequences(keys_a, keys_c))
-    noise = Noise(str(float64_run), factor, paired=len(partner), records=len(keys_a))
+    if counts is not None:
+        counts.paired, counts.records = len(partner), len(keys_a)
     records_c = _alignable(float64_run)
     position_c = -1
     current_c: dict[str, Any] | None = None
@@ -135,7 +150,4 @@ def measure_noise(reference: str | Path, float64_run: str | Path, factor: float)
                     continue
                 if in_place and side == "input" and t["a"] == "self":
                     continue
-                value = relative_noise(t.get("fp"), partner_t.get("fp"))
-                if value is not None:
-                    noise.per_tensor[(ra["i"], side, t["a"])] = value
-    return noise
+                yield (ra["i"], side, t["a"]), t, partner_t

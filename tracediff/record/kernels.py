@@ -13,11 +13,13 @@ Which aten ops a kernel fuses comes from inductor's own provenance tracking
 `inductor_provenance_mapping_str` maps each kernel call site to post-grad FX
 nodes, and `inductor_post_grad_graph_str` gives each node's aten op and user
 source line. Module paths come from the pre-grad (dynamo) graph, which dynamo
-re-traces in every process, captured by wrapping `compile_fx`.
+re-traces in every process, captured by wrapping `compile_fx` and the
+`_maybe_wrap_and_compile_fx_main` it calls (the one a custom backend that
+imported `compile_fx` itself still reaches).
 
 Pinned torch internals (tests/test_torch_pins.py): CompiledFxGraph.post_compile,
 its compiled_fn_runner/current_callable, source_code, the two provenance
-strings; compile_fx.compile_fx; CachingAutotuner.run.
+strings; compile_fx.compile_fx (and _maybe_wrap_and_compile_fx_main, where present); CachingAutotuner.run.
 """
 
 from __future__ import annotations
@@ -217,6 +219,10 @@ class KernelCapture:
         inductor_config.trace.provenance_tracking_level = 1
         self._restore.append(lambda: setattr(inductor_config.trace, "provenance_tracking_level", level))
         self._patch(compile_fx_module, "compile_fx", self._wrap_compile_fx)
+        # A custom backend that imported compile_fx before the patch calls the original, which
+        # looks this one up at call time: wrapped too, so its kernels get module paths as well.
+        if hasattr(compile_fx_module, "_maybe_wrap_and_compile_fx_main"):
+            self._patch(compile_fx_module, "_maybe_wrap_and_compile_fx_main", self._wrap_compile_fx)
         self._patch(output_code.CompiledFxGraph, "post_compile", self._wrap_post_compile)
         try:
             from torch._inductor.runtime.triton_heuristics import CachingAutotuner

@@ -192,6 +192,7 @@ class TraceRecorder(TorchDispatchMode):
         self._next_tensor_id = 0
         self._seq = 0
         self.ops = 0
+        self.kernels = 0  # generated kernel launches: tells a run that ran inductor's code (narrowing)
         # Region stack: (region root module name) for each compiled region we are in.
         self._regions: list[str | None] = []
         # True while tracediff itself computes (fingerprints): those ops are not the program's.
@@ -489,6 +490,7 @@ class TraceRecorder(TorchDispatchMode):
             record["bw"] = True
         self._emit(record)
         self._seq += 1
+        self.kernels += 1
 
     # -- compiled regions ----------------------------------------------------------
 

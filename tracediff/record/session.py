@@ -182,6 +182,7 @@ class RecordingSession:
             }
         return {
             "ops": self.recorder.ops,
+            "kernels": self.recorder.kernels,
             "compile_calls": self.redirect.compile_calls,
             "dropped_compile_options": self.redirect.dropped_options,
             "elapsed_s": round(time.perf_counter() - self._started, 3),

@@ -16,6 +16,7 @@ import math
 from typing import Any, Iterable
 
 from tracediff.diff.sample import AGREE, DIFFER, ONLY_A, ONLY_B, UNCHECKED
+from tracediff.report.text import narrowing_outcome
 
 # The divergent row's background: tests look for this colour in a screenshot,
 # so nothing else on the page may use it.
@@ -253,7 +254,7 @@ def _divergence_card(first: dict[str, Any]) -> str:
         out.append("</ul>")
     narrowing = first.get("narrowing")
     if narrowing:
-        out.append(f"<div class=note>narrowing ({_e(narrowing.get('result'))}): {_e(narrowing.get('method'))}</div>")
+        out.append(f"<div class=note>narrowing ({_e(narrowing_outcome(narrowing))}): {_e(narrowing.get('method'))}</div>")
     out.append('</div><div>')
     if tensor:
         out.append("<div class=note>fingerprints of the differing tensor</div>")

@@ -196,9 +196,16 @@ def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = T
     narrowing = first.get("narrowing")
     if narrowing:
         fused = narrowing.get("fused_candidates") or []
-        lines.append(f"    narrowing ({narrowing.get('result')}): {narrowing.get('method')}; "
+        lines.append(f"    narrowing ({narrowing_outcome(narrowing)}): {narrowing.get('method')}; "
                      f"the fused kernel held {len(fused)} ops: " + ", ".join(c["op"] for c in fused))
     if inherited:
         more = "" if complete else " or more (counting stopped there)"
         lines.append(f"  {inherited}{more} later record(s) differ too (inherited from this one)")
     return lines
+
+
+def narrowing_outcome(narrowing: dict[str, Any]) -> str:
+    """`pinned, by position` / `vanished, fusion effect: precision`: what the unfused re-run found."""
+    how = "".join(f", {label} {narrowing[key]}" for key, label in (("pinned_by", "by"), ("fusion_effect", "fusion effect:"))
+                  if narrowing.get(key))
+    return f"{narrowing.get('result')}{how}"

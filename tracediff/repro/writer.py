@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map_only
@@ -33,7 +33,7 @@ from tracediff.outputs import ensure_dir
 from tracediff.repro.capture import CAPTURE_FORMAT
 from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script
 from tracediff.run.launcher import record_in_subprocess
-from tracediff.trace.reader import Trace, read_footer
+from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import OP
 
 SCRIPT_NAME = "repro.py"
@@ -62,18 +62,6 @@ class Divergence:
 def _fallback_random(header: dict[str, Any]) -> bool | None:
     """Whether a recorded run had inductor call eager's random ops."""
     return (header.get("settings") or {}).get("inductor", {}).get("fallback_random")
-
-
-def records_at(path: Path, indices: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """The records of a trace with these indices, read up to the last of them."""
-    wanted = set(indices)
-    found: dict[int, dict[str, Any]] = {}
-    for record in Trace(path):
-        if record.get("i") in wanted:
-            found[record["i"]] = record
-            if len(found) == len(wanted):
-                break
-    return found
 
 
 def load_divergence(paths: list[str], config: Config) -> Divergence:

@@ -1,29 +1,89 @@
 """Narrow a divergence that stops at a fused kernel down to one op.
 
-When the first divergence is localized only to the ops of a fused inductor
-kernel, re-run the compiled side with one kernel per op (record/materialize)
-and diff again. If the divergence persists and is now pinned to one of the
-original candidates, that op is the answer; if it disappears or moves, the
-report says so instead of guessing (e.g. the fault depends on fusion).
+When the compiled side ran generated kernels (inductor, under whatever name:
+`inductor`, a custom backend around `compile_fx`) and the first divergence is
+localized only to several candidate ops, re-run the compiled side with one
+kernel per op (record/materialize) and diff again:
+
+- the unfused run diverges and, of its candidates, one op *computes* (the
+  others only move values: a view cannot change one) and it is one of the
+  fused candidates: that op is the answer (`pinned`). A decomposed op of A is
+  several kernels of B but still one candidate of A;
+- fewer computing candidates, all among the fused ones: `narrowed`;
+- elsewhere: `moved`, and the fused verdict stays;
+- the runs match: `vanished`. The fused kernel's output differs from the same
+  ops run one by one; a float64 run of the reference tells precision from a
+  wrong result where the numbers allow it (diff/fusion.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
+from tracediff.diff.fusion import PRECISION, WRONG_RESULT, FusionEffect, judge_divergence
+from tracediff.diff.precision import preserves_values
 from tracediff.errors import TraceFormatError
 from tracediff.report.build import build_report
 from tracediff.run.launcher import RunResult, record_in_subprocess, trace_name
+from tracediff.trace.reader import Trace, read_footer, records_at
+from tracediff.trace.schema import KERNEL
 
 METHOD = "re-ran the compiled side with one inductor kernel per op (every intermediate materialized)"
 
 
-def needs_narrowing(report: dict[str, Any], backend: str) -> bool:
+def runs_generated_kernels(trace: Path) -> bool:
+    """Did the run behind `trace` execute generated (inductor) kernels, whatever its backend's name?
+
+    The footer counts them; a trace written before it did is read until the first one.
+    """
+    try:
+        footer = read_footer(trace)
+        if footer is not None and "kernels" in footer:
+            return bool(footer["kernels"])
+        return any(record["t"] == KERNEL for record in Trace(trace))
+    except (OSError, TraceFormatError):
+        return False
+
+
+def needs_narrowing(report: dict[str, Any], trace_b: Path) -> bool:
+    """A divergence localized to several ops, in a run whose compiled side ran generated kernels."""
     first = report.get("first_divergence")
-    return bool(first) and len(first.get("candidates") or []) > 1 and backend == "inductor" and report["verdict"] == "diverged"
+    return (bool(first) and len(first.get("candidates") or []) > 1 and report["verdict"] == "diverged"
+            and runs_generated_kernels(trace_b))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the unfused run says about the fused candidates."""
+
+    result: str  # "vanished" | "pinned" | "narrowed" | "moved"
+    pinned: dict[str, Any] | None = None  # the candidate pinned
+    pinned_by: str | None = None  # "value": its inputs agree, its output differs; "position": the only op that computes
+    computing: tuple[int, ...] = ()  # indices of the unfused run's candidates that compute
+
+
+def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], moves: Callable[[int], bool]) -> Outcome:
+    """Compare the unfused run's first divergence (`found`) with the fused candidates.
+
+    `moves(index)`: does A's record at `index` only move or widen values (never the one to blame)?
+    """
+    if found is None:
+        return Outcome("vanished")
+    candidates = found.get("candidates") or []
+    computing = [c for c in candidates if not moves(c["index"])] or candidates
+    indices = tuple(c["index"] for c in computing)
+    fused_indices = {c["index"] for c in fused}
+    if not set(indices) <= fused_indices:
+        return Outcome("moved", computing=indices)
+    if len(computing) == 1:
+        by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"
+        return Outcome("pinned", computing[0], by, indices)
+    fused_computing = [c for c in fused if not moves(c["index"])] or fused
+    return Outcome("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
 
 
 def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_args: list[str], config: Config,
@@ -43,25 +103,68 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
     if failure:
         narrowing.update(result="failed", detail=failure)
         return _annotate(report, narrowing, f"narrowing failed ({failure}); candidates are the fused kernel's ops")
+    noise_trace = (report.get("calibration") or {}).get("noise_trace")  # judged as the fused run was
     try:
-        noise_trace = (report.get("calibration") or {}).get("noise_trace")  # judged as the fused run was
-        unfused = build_report(diff_traces(runs[0].trace, trace, config, noise_trace=noise_trace), [str(runs[0].trace), str(trace)],
-                               config)
+        unfused = build_report(diff_traces(runs[0].trace, trace, config, noise_trace=noise_trace),
+                               [str(runs[0].trace), str(trace)], config)
     except TraceFormatError as e:
         narrowing.update(result="failed", detail=str(e))
         return _annotate(report, narrowing, f"narrowing failed ({e})")
     found = unfused.get("first_divergence")
-    indices = {c["index"] for c in candidates}
-    if found is None:
-        narrowing.update(result="vanished")
-        return _annotate(report, narrowing, "with one kernel per op the runs match: the divergence depends on "
-                         "fusion itself (e.g. precision of fused intermediates); candidates are the fused ops")
-    if found["index"] not in indices or len(found.get("candidates") or []) != 1:
-        narrowing.update(result="moved", unfused_first_divergence=found)
-        return _annotate(report, narrowing, f"with one kernel per op the first divergence is {found['op']} at "
-                         f"{found['source']} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
-    narrowing.update(result="pinned")
-    return dict(report, first_divergence=dict(found, narrowing=narrowing))
+    records = records_at(runs[0].trace, {c["index"] for c in [*candidates, *((found or {}).get("candidates") or [])]})
+    outcome = judge_unfused(found, candidates, lambda i: i in records and preserves_values(records[i]))
+    narrowing["result"] = outcome.result
+    if outcome.result == "vanished":
+        float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', runs[0].backend)}-float64.jsonl"
+        effect = _fusion_effect(first, runs[0], float64_trace, bool(noise_trace), script, script_args, config, echo)
+        narrowing.update(fusion_effect=effect.effect, fusion_evidence=dict(effect.as_dict(), float64_trace=str(float64_trace)))
+        return _annotate(report, narrowing, _vanished_note(effect))
+    assert found is not None
+    if outcome.result == "pinned":
+        assert outcome.pinned is not None
+        pinned = outcome.pinned
+        narrowing.update(pinned_by=outcome.pinned_by, unfused_candidates=found.get("candidates"))
+        record = records.get(pinned["index"], {})
+        narrowed = dict(found, **{k: pinned.get(k) for k in ("op", "index", "source", "module", "code")},
+                        path=record.get("path", found.get("path")), candidates=[pinned], narrowing=narrowing)
+        if pinned["index"] != found["index"] or len(found.get("candidates") or []) > 1:
+            narrowed["note"] = (f"pinned: with one kernel per op, {pinned['op']} is the only candidate that computes "
+                                f"(the others only move values); {found.get('note')}")
+        return dict(report, first_divergence=narrowed)
+    if outcome.result == "narrowed":
+        return dict(report, first_divergence=dict(found, narrowing=narrowing))
+    narrowing.update(unfused_first_divergence=found)
+    return _annotate(report, narrowing, f"with one kernel per op the first divergence is {found['op']} at "
+                     f"{found['source']} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
+
+
+def _fusion_effect(first: dict[str, Any], run_a: RunResult, float64_trace: Path, recorded: bool, script: Path,
+                   script_args: list[str], config: Config, echo: Callable[[str], None]) -> FusionEffect:
+    """Precision or wrong result: judged against a float64 run of the reference (`recorded`: calibration's)."""
+    if not recorded:
+        echo("tracediff: the runs match without fusion; re-running the reference in float64 to tell precision "
+             "from a wrong result")
+        run = record_in_subprocess(
+            script, script_args, backend=run_a.backend, trace=float64_trace, seed=config.seed, exact=config.exact,
+            fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=True,
+        )
+        if run.failure():
+            return FusionEffect("unknown", None, None, f"the float64 run failed ({run.failure()})")
+    try:
+        return judge_divergence(first, run_a.trace, float64_trace)
+    except TraceFormatError as e:
+        return FusionEffect("unknown", None, None, f"the float64 trace cannot be read ({e})")
+
+
+def _vanished_note(effect: FusionEffect) -> str:
+    known = ("with one kernel per op the runs match: the fused kernel's output differs from the same ops run "
+             "one by one")
+    if effect.effect == PRECISION:
+        return f"{known}; {effect.reason}: a precision difference of fusion, not a wrong result"
+    if effect.effect == WRONG_RESULT:
+        return (f"{known}; {effect.reason}: a wrong result of the fused kernel (likely a compiler bug in fusion); "
+                "candidates are the fused ops")
+    return f"{known}; precision or wrong result cannot be told ({effect.reason}); candidates are the fused ops"
 
 
 def _annotate(report: dict[str, Any], narrowing: dict[str, Any], note: str) -> dict[str, Any]:

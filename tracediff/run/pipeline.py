@@ -112,7 +112,7 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
         noise_trace = noise_run.trace
     runs = [reference, run_b]
     report = compare_runs(reference, run_b, config, echo, noise_trace, sample)
-    if narrow_fused and needs_narrowing(report, backend) and reference.backend != backend:
+    if narrow_fused and needs_narrowing(report, run_b.trace) and reference.backend != backend:
         report = narrow(report, runs, path, script_args, config, run_dir, echo)
     report["run_dir"] = str(run_dir)
     report["script"] = str(path)

@@ -72,7 +72,7 @@ def _run_repeated(path: Path, script_args: list[str], backends: list[str], repea
     if len(unique) == 2:
         pair = [runs[unique[0]][0], runs[unique[1]][0]]
         cross = compare_runs(pair[0], pair[1], config, echo)
-        if narrow_fused and needs_narrowing(cross, unique[1]):
+        if narrow_fused and needs_narrowing(cross, pair[1].trace):
             cross = narrow(cross, pair, path, script_args, config, run_dir, echo)
         compared.append((_summary(cross, unique, [1, 1]), cross))
         echo(f"tracediff: {describe_comparison(compared[-1][0])}")

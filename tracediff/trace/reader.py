@@ -13,7 +13,7 @@ import zlib
 
 import orjson
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from tracediff.errors import TraceFormatError
 from tracediff.trace.schema import FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
@@ -123,6 +123,20 @@ def read_trace(path: str | Path) -> tuple[Trace, list[dict[str, Any]]]:
     trace = Trace(path)
     records = list(trace)
     return trace, records
+
+
+def records_at(path: str | Path, indices: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The records of a trace with these indices, read up to the last of them."""
+    wanted = set(indices)
+    found: dict[int, dict[str, Any]] = {}
+    if not wanted:
+        return found
+    for record in Trace(path):
+        if record.get("i") in wanted:
+            found[record["i"]] = record
+            if len(found) == len(wanted):
+                break
+    return found
 
 
 def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:

@@ -25,6 +25,7 @@ kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fu
          "in": [buffers read], "out": [buffers written]}
          One launch of an inductor-generated kernel (record/kernels.py).
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
+         "kernels": n (generated kernel launches recorded: the run executed inductor's code),
          "compile_calls": n, "error": null | {"type", "message", "traceback"},
          "local_modules": [{"name", "file"}...] (modules imported from the script's folder;
          `tracediff repro` copies them beside the repro),

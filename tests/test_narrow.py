@@ -1,0 +1,223 @@
+"""Narrowing a fused divergence: when to narrow, what the unfused run says (fast), end to end (slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import marker_line
+from tests.synth import TraceBuilder
+from tracediff.diff.fusion import PRECISION, UNKNOWN, WRONG_RESULT, judge
+from tracediff.record.fingerprint import fingerprint
+from tracediff.run.narrow import judge_unfused, needs_narrowing, runs_generated_kernels
+
+# -- when to narrow: from B's trace, not the backend's name ------------------------------
+
+
+def _trace(path: Path, kernels: int | None, kernel_record: bool) -> Path:
+    """A trace with (or without) a kernel record; `kernels`: the footer's count, None for a footer without it."""
+    builder = TraceBuilder(path, backend="my_backends:compile_with_inductor")
+    x = builder.tensor("x", torch.ones(3))
+    builder.op("aten::sin", [x], [builder.tensor("y", torch.ones(3).sin())])
+    if kernel_record:
+        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "cpp_fused_cos_sin_0", "site": None, "g": "g",
+                              "d": 1, "m": "Net", "fuses": [{"node": "sin", "op": "aten::sin"}], "in": [], "out": []})
+        builder.seq += 1
+    footer: dict[str, Any] = {"ops": 1, "compile_calls": 1, "error": None}
+    if kernels is not None:
+        footer["kernels"] = kernels
+    builder.writer.close(footer)
+    return path
+
+
+def _diverged(candidates: int) -> dict[str, Any]:
+    cands = [{"op": f"aten::op{i}", "index": i, "source": "m.py:1", "module": None} for i in range(candidates)]
+    return {"verdict": "diverged", "first_divergence": dict(cands[-1], candidates=cands)}
+
+
+def test_a_custom_backend_that_ran_generated_kernels_is_narrowed(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True)
+    assert runs_generated_kernels(trace)
+    assert needs_narrowing(_diverged(3), trace)
+
+
+def test_a_run_without_generated_kernels_is_not_narrowed(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "b.jsonl", kernels=0, kernel_record=False)
+    assert not needs_narrowing(_diverged(3), trace)
+
+
+def test_one_candidate_needs_no_narrowing(tmp_path: Path) -> None:
+    assert not needs_narrowing(_diverged(1), _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True))
+
+
+def test_a_footer_without_the_count_is_read_for_kernel_records(tmp_path: Path) -> None:
+    assert runs_generated_kernels(_trace(tmp_path / "b.jsonl", kernels=None, kernel_record=True))
+    assert not runs_generated_kernels(_trace(tmp_path / "c.jsonl", kernels=None, kernel_record=False))
+
+
+def test_an_unreadable_trace_runs_no_kernels(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert not runs_generated_kernels(bad)
+
+
+# -- what the unfused run says ------------------------------------------------------------
+
+def _cand(index: int, op: str) -> dict[str, Any]:
+    return {"op": op, "index": index, "source": f"m.py:{index}", "module": "Net"}
+
+
+# A's ops 16..19 as in fixtures/perturbed_layernorm.py: view, add, native_layer_norm, view.
+FUSED = [_cand(16, "aten::view"), _cand(17, "aten::add.Tensor"), _cand(18, "aten::native_layer_norm"),
+         _cand(19, "aten::view")]
+VIEWS = {16, 19}
+
+
+def _moves(index: int) -> bool:
+    return index in VIEWS
+
+
+def _found(*cands: dict[str, Any], inputs_agree: bool = False) -> dict[str, Any]:
+    return dict(cands[-1], candidates=list(cands), inputs_agree=inputs_agree)
+
+
+def test_a_decomposed_op_and_a_view_pin_the_op() -> None:
+    # The GPT-2 ln_2 case: the unfused run leaves the layer norm and the view that reads it.
+    outcome = judge_unfused(_found(FUSED[2], FUSED[3]), FUSED, _moves)
+    assert outcome.result == "pinned"
+    assert outcome.pinned == FUSED[2] and outcome.pinned_by == "position"
+
+
+def test_one_op_whose_inputs_agree_is_pinned_by_value() -> None:
+    outcome = judge_unfused(_found(FUSED[1], inputs_agree=True), FUSED, _moves)
+    assert (outcome.result, outcome.pinned, outcome.pinned_by) == ("pinned", FUSED[1], "value")
+
+
+def test_a_view_alone_is_never_pinned_while_it_could_be_the_op_before() -> None:
+    # Only views left: nothing computes, so the view may be named, but only as itself (not a computing op).
+    outcome = judge_unfused(_found(FUSED[3]), FUSED, _moves)
+    assert outcome.result == "pinned" and outcome.pinned == FUSED[3]
+
+
+def test_fewer_computing_candidates_narrow() -> None:
+    fused = [*FUSED, _cand(20, "aten::tanh")]
+    outcome = judge_unfused(_found(FUSED[1], FUSED[2], FUSED[3]), fused, _moves)
+    assert outcome.result == "narrowed" and outcome.computing == (17, 18)
+
+
+def test_a_divergence_outside_the_fused_ops_moved() -> None:
+    outcome = judge_unfused(_found(_cand(40, "aten::exp")), FUSED, _moves)
+    assert outcome.result == "moved"
+
+
+def test_the_same_computing_candidates_are_not_narrowed() -> None:
+    outcome = judge_unfused(_found(*FUSED), FUSED, _moves)
+    assert outcome.result == "moved"
+
+
+def test_no_divergence_without_fusion_vanished() -> None:
+    assert judge_unfused(None, FUSED, _moves).result == "vanished"
+
+
+# -- precision or wrong result, from three fingerprints -----------------------------------
+
+EXACT = torch.linspace(-3, 3, 257, dtype=torch.float64).sin()
+
+
+def _fp(values: torch.Tensor) -> dict[str, Any]:
+    return fingerprint(values)
+
+
+def test_fused_as_close_to_float64_as_eager_is_precision() -> None:
+    eager = EXACT.float()
+    fused = (EXACT + 1e-7 * torch.randn(257, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).float()
+    effect = judge(_fp(eager), _fp(fused), _fp(EXACT), "float32")
+    assert effect.effect == PRECISION, effect
+
+
+def test_fused_closer_to_float64_than_eager_is_precision() -> None:
+    eager = EXACT.to(torch.bfloat16)  # eager rounded an intermediate; fused kept it in float32
+    effect = judge(_fp(eager.double()), _fp(EXACT.float().double()), _fp(EXACT), "bfloat16")
+    assert effect.effect == PRECISION and effect.fused_error < effect.eager_error
+
+
+def test_fused_far_from_float64_where_eager_is_close_is_a_wrong_result() -> None:
+    wrong = EXACT.roll(1).float()  # an off-by-one index: every value is another element's
+    wrong[0] = 5.0
+    effect = judge(_fp(EXACT.float()), _fp(wrong), _fp(EXACT), "float32")
+    assert effect.effect == WRONG_RESULT, effect
+    assert effect.fused_error > 10 * effect.eager_error
+
+
+def test_in_between_or_without_float64_is_unknown() -> None:
+    eager = EXACT.float() * (1 + 1e-4)
+    fused = EXACT.float() * (1 + 5e-4)
+    assert judge(_fp(eager), _fp(fused), _fp(EXACT), "float32").effect == UNKNOWN
+    assert judge(_fp(eager), _fp(fused), None, "float32").effect == UNKNOWN
+
+
+# -- end to end: one inductor compile each ---------------------------------------------
+
+@pytest.mark.slow
+def test_a_custom_backend_around_compile_fx_narrows_to_the_perturbed_op(run_fixture) -> None:
+    result = run_fixture("perturbed_fusion.py", "eager,compile_fx_backend:my_backend")
+    first = result.report["first_divergence"]
+    assert result.exit_code == 1
+    assert first["narrowing"]["result"] == "pinned"
+    assert first["op"] == "aten::cos"
+    assert first["source"] == f"perturbed_fusion.py:{marker_line('perturbed_fusion.py', 'divergent line')}"
+    assert [c["op"] for c in first["candidates"]] == ["aten::cos"]
+
+
+@pytest.mark.slow
+def test_a_perturbed_node_of_a_decomposed_layer_norm_is_pinned_to_the_layer_norm(run_fixture) -> None:
+    result = run_fixture("perturbed_layernorm.py", "eager,inductor")
+    first = result.report["first_divergence"]
+    assert result.exit_code == 1
+    assert first["narrowing"]["result"] == "pinned"
+    assert first["op"] == "aten::native_layer_norm"
+    assert first["source"] == f"perturbed_layernorm.py:{marker_line('perturbed_layernorm.py', 'divergent line')}"
+    assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm"]
+    assert "aten::view" in [c["op"] for c in first["narrowing"]["unfused_candidates"]]
+
+
+@pytest.mark.slow
+def test_a_difference_only_fusion_makes_is_told_precision(run_fixture) -> None:
+    result = run_fixture("fused_bf16_cancellation.py", "eager,inductor")
+    first = result.report["first_divergence"]
+    narrowing = first["narrowing"]
+    assert result.exit_code == 1
+    assert narrowing["result"] == "vanished"
+    assert narrowing["fusion_effect"] == "precision"
+    evidence = narrowing["fusion_evidence"]
+    assert evidence["fused_error"] < evidence["eager_error"]
+    assert any("precision difference of fusion" in note for note in result.report["notes"])
+    assert first["source"] == f"fused_bf16_cancellation.py:{marker_line('fused_bf16_cancellation.py', 'fused line')}"
+
+
+@pytest.mark.slow
+def test_a_fault_only_in_fused_code_is_told_a_wrong_result(run_fixture) -> None:
+    # --calibrate: its float64 run of the reference is the one judged against (no second one).
+    result = run_fixture("wrong_only_when_fused.py", "eager,inductor", "--calibrate")
+    report = result.report
+    narrowing = report["first_divergence"]["narrowing"]
+    assert result.exit_code == 1
+    assert narrowing["result"] == "vanished"
+    assert narrowing["fusion_effect"] == "wrong_result"
+    evidence = narrowing["fusion_evidence"]
+    assert evidence["fused_error"] > 10 * evidence["eager_error"]
+    assert evidence["float64_trace"] == report["calibration"]["noise_trace"]
+    assert any("wrong result of the fused kernel" in note for note in report["notes"])
+    assert not any("precision of fused intermediates" in note for note in report["notes"])
+
+
+def test_the_text_report_says_how_the_narrowing_ended() -> None:
+    from tracediff.report.text import narrowing_outcome
+
+    assert narrowing_outcome({"result": "pinned", "pinned_by": "position"}) == "pinned, by position"
+    assert narrowing_outcome({"result": "vanished", "fusion_effect": "wrong_result"}) == \
+        "vanished, fusion effect: wrong_result"
+    assert narrowing_outcome({"result": "moved"}) == "moved"
