@@ -442,3 +442,26 @@ def test_a_view_read_after_its_base_was_written_in_place_walks_back_to_the_write
         builder.region("exit", [t("s", total, "out0")])
     first = _report(a.close(), b.close())["first_divergence"]
     assert [c["op"] for c in first["candidates"]] == ["aten::mul_.Tensor", "aten::sum"]
+
+
+def test_a_kernel_buffer_is_compared_without_its_order_dependent_sketch(tmp_path: Path) -> None:
+    """CUDA inductor: a reused buffer is passed to a kernel with its old nominal layout, while the
+    kernel writes the values in the order of the view that reads them later. Its order-free statistics
+    are the eager tensor's; its sketch is of a permutation. An op's output keeps the sketch."""
+    x = torch.linspace(-1, 1, 64).reshape(8, 8)
+    relu = x.relu() + x
+    written = relu.t().contiguous()  # the same values, in another order under the same nominal shape
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    a.op("aten::relu", [a.tensor("x", x)], [a.tensor("r", x.relu(), "0")], src="m.py:3")
+    a.op("aten::add.Tensor", [a.tensor("r", x.relu()), a.tensor("x", x, "other")], [a.tensor("y", relu, "0")],
+         src="m.py:3")
+    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_add_relu_0", "src": "m.py:3", "m": "Net",
+                    "fuses": [{"op": "aten::relu", "src": "m.py:3"}, {"op": "aten::add.Tensor", "src": "m.py:3"}],
+                    "in": [b.tensor("x", x, "in_ptr0")], "out": [b.tensor("buf", written, "out_ptr0")]})
+    b.seq += 1
+    assert _report(a.close(), b.close())["verdict"] == "match"
+    c = TraceBuilder(tmp_path / "c.jsonl", "aot_eager")  # the same permutation as an op's output: a difference
+    c.op("aten::relu", [c.tensor("x", x)], [c.tensor("r", x.relu(), "0")], src="m.py:3")
+    c.op("aten::add.Tensor", [c.tensor("r", x.relu()), c.tensor("x", x, "other")], [c.tensor("y", written, "0")],
+         src="m.py:3")
+    assert _report(tmp_path / "a.jsonl", c.close())["verdict"] == "diverged"

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 from tracediff.config import Config, Tolerance
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
-from tracediff.diff.compare import TensorComparison, compare_fingerprints
+from tracediff.diff.compare import TensorComparison, compare_fingerprints, without_sketch
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
@@ -336,9 +336,11 @@ class _Comparer:
         return tolerance
 
     def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool,
-              rels: list[float] | None = None, passed: list | None = None) -> tuple[list[TensorDiff], int]:
+              rels: list[float] | None = None, passed: list | None = None,
+              kernel: bool = False) -> tuple[list[TensorDiff], int]:
         """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff,
-        `passed` every agreeing pair with its comparison."""
+        `passed` every agreeing pair with its comparison. `kernel`: one side is a generated kernel's
+        buffers, compared without the order-dependent sketch (compare.without_sketch)."""
         op = ra.get("op") or ra.get("name") or ""
         out: list[TensorDiff] = []
         compared = 0
@@ -348,14 +350,15 @@ class _Comparer:
                 continue
             compared += 1
             tolerance = self.precision.of(ta, op, ra.get("m"))
+            fa, fb = (without_sketch(ta["fp"]), without_sketch(tb["fp"])) if kernel else (ta["fp"], tb["fp"])
             if self.noise is not None and tolerance.rtol > 0:
                 noise = self.noise.get(ra["i"], side, ta["a"])
-                result = compare_fingerprints(ta["fp"], tb["fp"], tolerance, noise, self.noise.factor)
+                result = compare_fingerprints(fa, fb, tolerance, noise, self.noise.factor)
                 self.passed_by_noise += result.by_noise
                 if result.by_noise and result.above_noise is not None and math.isfinite(result.above_noise):
                     self.closest = max(self.closest, result.above_noise)
             else:
-                result = compare_fingerprints(ta["fp"], tb["fp"], tolerance)
+                result = compare_fingerprints(fa, fb, tolerance)
             if rels is not None:
                 rels.append(result.rel_diff)
             if not result.ok:
@@ -498,7 +501,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 sample.pair(ra, rb, None, UNCHECKED)
             continue
         rels: list[float] | None = [] if sample is not None else None
-        out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True, rels=rels)
+        kernel = KERNEL in (ra["t"], rb["t"])
+        out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True, rels=rels,
+                                      kernel=kernel)
         if out_diffs and tier[alignable_index] == VALUE_TIER and not _same_op(ra, rb):
             # Different ops paired only because their rounded fingerprints collided (a softmax
             # and the dropout after it both sum to the row count): not the same value, no pair.
@@ -517,7 +522,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 break
             continue
         passed: list = []
-        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed)
+        in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed,
+                                     kernel=kernel)
         # Inputs that differ only because an earlier op amplified sub-tolerance noise are no cause here.
         origins = [_input_origin(ra, d, amplified) for d in in_diffs]
         carried = [d for d, origin in zip(in_diffs, origins) if origin is not None]
