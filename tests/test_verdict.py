@@ -465,3 +465,25 @@ def test_a_kernel_buffer_is_compared_without_its_order_dependent_sketch(tmp_path
     c.op("aten::add.Tensor", [c.tensor("r", x.relu()), c.tensor("x", x, "other")], [c.tensor("y", written, "0")],
          src="m.py:3")
     assert _report(tmp_path / "a.jsonl", c.close())["verdict"] == "diverged"
+
+
+def test_pairs_crossed_after_unpaired_kernels_are_no_divergence(tmp_path: Path) -> None:
+    """CUDA inductor: the gradient branches are made by fused kernels with no partner in A; that a
+    producer has no partner must not make the crossed pair a divergence (only a dispatched op would)."""
+    gk, gv = _zero_mean(1) * 1e-3, _zero_mean(2)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _crossed_gradients(a, gk, gv, k_first=True)
+    noise = 1 + 1e-7 * torch.linspace(-1, 1, gk.numel()).reshape(gk.shape)
+    for name, value in (("gv", gv * noise), ("gk", gk * noise)):  # B: kernels, v first, three outputs each
+        b.writer.write({"t": "kernel", "i": b.seq, "name": f"triton_poi_fused_{name}", "src": None, "m": "Net",
+                        "fuses": [{"op": "aten::mul.Tensor", "src": None}, {"op": "aten::exp", "src": None}],
+                        "in": [], "out": [b.tensor(name, value, "out_ptr0"),
+                                          b.tensor(name + "_x", value.exp(), "out_ptr1"),
+                                          b.tensor(name + "_y", value.cos(), "out_ptr2")]})
+        b.seq += 1
+    for name, value in (("gv", gv * noise), ("gk", gk * noise)):
+        b.op("aten::slice.Tensor", [b.tensor(name, value)], [b.tensor(name + "_s", value, "0")], src=None)
+    b.op("aten::add.Tensor", [b.tensor("gk_s", gk * noise), b.tensor("gv_s", gv * noise, "other")],
+         [b.tensor("g", (gk + gv) * noise, "0")], src=None)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]

@@ -651,11 +651,13 @@ def _count_structure(result: DiffResult, partner: array, rejected: int, compiled
 
 
 def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool) -> bool:
-    """Was a differing input of B's record made by an op only B runs (e.g. one a compiler pass inserted)?"""
+    """Was a differing input of B's record made by a dispatched op only B runs (e.g. one a compiler
+    pass inserted)? Not a generated kernel: fusion leaves many kernels without a partner, and
+    a compiled backward's same-shaped branches (the crossed pairs) are made by such kernels."""
     args = {d.arg for d in in_diffs}
     for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
         made = b_side.producer(tb) if ta["a"] in args else None
-        if made is not None and made.only_b:
+        if made is not None and made.only_b and made.kernel is None:
             return True
     return False
 
