@@ -33,13 +33,6 @@ def test_a_pass_on_the_last_op_of_an_aot_graph_is_named(run_fixture) -> None:
     assert result.report["first_divergence"]["b"]["op"] == "aten::mul.Tensor"
 
 
-@pytest.mark.slow
-def test_a_post_grad_pass_on_the_last_op_is_named_under_inductor(run_fixture) -> None:
-    result = run_fixture(LAST_OP, "eager,inductor")
-    assert result.exit_code == 1, result.stderr
-    _assert_last_op_named(result.report, "aten::mul.Tensor")
-
-
 def _assert_view_write_named(report: dict) -> None:
     first = report["first_divergence"]
     assert report["verdict"] == "diverged"
