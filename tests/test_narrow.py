@@ -161,26 +161,28 @@ def test_in_between_or_without_float64_is_unknown() -> None:
 
 # -- end to end: one inductor compile each ---------------------------------------------
 
-@pytest.mark.slow
-def test_a_custom_backend_around_compile_fx_narrows_to_the_perturbed_op(run_fixture) -> None:
-    result = run_fixture("perturbed_fusion.py", "eager,compile_fx_backend:my_backend")
+def _assert_pinned_at_marker(result, fixture: str, op: str) -> dict:
+    """Diverged, narrowing pinned `op` on the fixture's `divergent line`, and the report says how."""
     first = result.report["first_divergence"]
     assert result.exit_code == 1
     assert first["narrowing"]["result"] == "pinned"
-    assert first["op"] == "aten::cos"
-    assert first["source"] == f"perturbed_fusion.py:{marker_line('perturbed_fusion.py', 'divergent line')}"
-    assert [c["op"] for c in first["candidates"]] == ["aten::cos"]
+    assert first["op"] == op
+    assert first["source"] == f"{fixture}:{marker_line(fixture, 'divergent line')}"
+    assert [c["op"] for c in first["candidates"]] == [op]
+    assert first["pinned_by"] == first["narrowing"]["pinned_by"] in ("value", "position")
+    return first
+
+
+@pytest.mark.slow
+def test_a_custom_backend_around_compile_fx_narrows_to_the_perturbed_op(run_fixture) -> None:
+    result = run_fixture("perturbed_fusion.py", "eager,compile_fx_backend:my_backend")
+    _assert_pinned_at_marker(result, "perturbed_fusion.py", "aten::cos")
 
 
 @pytest.mark.slow
 def test_a_perturbed_node_of_a_decomposed_layer_norm_is_pinned_to_the_layer_norm(run_fixture) -> None:
     result = run_fixture("perturbed_layernorm.py", "eager,inductor")
-    first = result.report["first_divergence"]
-    assert result.exit_code == 1
-    assert first["narrowing"]["result"] == "pinned"
-    assert first["op"] == "aten::native_layer_norm"
-    assert first["source"] == f"perturbed_layernorm.py:{marker_line('perturbed_layernorm.py', 'divergent line')}"
-    assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm"]
+    first = _assert_pinned_at_marker(result, "perturbed_layernorm.py", "aten::native_layer_norm")
     assert "aten::view" in [c["op"] for c in first["narrowing"]["unfused_candidates"]]
 
 

@@ -126,7 +126,8 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         narrowing.update(pinned_by=outcome.pinned_by, unfused_candidates=found.get("candidates"))
         record = records.get(pinned["index"], {})
         narrowed = dict(found, **{k: pinned.get(k) for k in ("op", "index", "source", "module", "code")},
-                        path=record.get("path", found.get("path")), candidates=[pinned], narrowing=narrowing)
+                        path=record.get("path", found.get("path")), candidates=[pinned], pinned_by=outcome.pinned_by,
+                        narrowing=narrowing)
         if pinned["index"] != found["index"] or len(found.get("candidates") or []) > 1:
             narrowed["note"] = (f"pinned: with one kernel per op, {pinned['op']} is the only candidate that computes "
                                 f"(the others only move values); {found.get('note')}")
