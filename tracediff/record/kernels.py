@@ -43,9 +43,8 @@ _CPP_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\((\[.*?\]),
 _CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
 _PROVENANCE_HANDLE = re.compile(r"#\s*\[Provenance debug handles\] (\S+):(\d+)\s*$")
 _POST_GRAD_FILE = re.compile(r"#\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
-_POST_GRAD_NODE = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.([\w.]+)\(")  # several outputs: no annotation
-# Any call node with its arguments (a node with several outputs has no type annotation).
-_POST_GRAD_CALL = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.[\w.]+\((.*)$")
+# A call node: name, op, arguments (a node with several outputs has no type annotation).
+_POST_GRAD_CALL = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.([\w.]+)\((.*)$")
 # A NaN/Inf literal among a node's arguments, as FX prints floats: `full.default([8, 8], -inf, ...)`.
 _NONFINITE_LITERAL = re.compile(r"(?<![\w.'\"])-?(?:inf|nan)(?![\w.'\"])")
 
@@ -114,7 +113,7 @@ def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | N
         if match:
             path, line = match.group(1), int(match.group(2))
             continue
-        match = _POST_GRAD_NODE.match(row)
+        match = _POST_GRAD_CALL.match(row)
         if match:
             nodes[match.group(1)] = (_aten_name(match.group(2)), path, line)
         elif not row.strip():
@@ -129,7 +128,7 @@ def nonfinite_constant_nodes(text: str) -> set[str]:
     for row in text.splitlines():
         match = _POST_GRAD_CALL.match(row)
         # The arguments end at `)`; what follows `;` frees buffers (`x = None`).
-        if match and _NONFINITE_LITERAL.search(match.group(2).split(";", 1)[0]):
+        if match and _NONFINITE_LITERAL.search(match.group(3).split(";", 1)[0]):
             found.add(match.group(1))
     return found
 
