@@ -113,6 +113,20 @@ def test_a_divergence_outside_the_fused_ops_moved() -> None:
     assert outcome.result == "moved"
 
 
+def test_one_computing_op_before_the_fused_ones_is_taken() -> None:
+    # H100, BERT under inductor, a fault in the token-type embedding: fused with the add and layer
+    # norm after it, the difference stayed within the tolerance until a later layer; unfused, the
+    # embedding's own output shows it.
+    embedding = _cand(3, "aten::embedding")
+    outcome = judge_unfused(_found(embedding, inputs_agree=True), FUSED, _moves)
+    assert (outcome.result, outcome.pinned, outcome.pinned_by) == ("earlier", embedding, "value")
+
+
+def test_several_ops_before_the_fused_ones_are_no_answer() -> None:
+    outcome = judge_unfused(_found(_cand(3, "aten::embedding"), _cand(4, "aten::mul.Tensor")), FUSED, _moves)
+    assert outcome.result == "moved"
+
+
 def test_the_same_computing_candidates_are_not_narrowed() -> None:
     outcome = judge_unfused(_found(*FUSED), FUSED, _moves)
     assert outcome.result == "moved"

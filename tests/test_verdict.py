@@ -487,3 +487,61 @@ def test_pairs_crossed_after_unpaired_kernels_are_no_divergence(tmp_path: Path) 
          [b.tensor("g", (gk + gv) * noise, "0")], src=None)
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
+
+
+def _embedding_then_layer_norm(builder: TraceBuilder, fused_noise: torch.Tensor | None = None) -> None:
+    """GPT-2's start: h = tok + pos (line 577), then ln_1(h) (line 273) read by a matmul (line 280).
+    With `fused_noise`, B runs one kernel that ends in the decomposed layer norm's bias `add` and writes
+    only the layer norm's output (as a CUDA persistent reduction does), off by float32 rounding."""
+    t = builder.tensor
+    gen = torch.Generator().manual_seed(3)
+    tok, pos, w = torch.randn(4, 16, generator=gen) * 0.02, torch.randn(4, 16, generator=gen) * 0.02, W.repeat(4, 4)
+    h = tok + pos
+    ln = torch.nn.functional.layer_norm(h, (16,))
+    builder.region("enter", [t("tok", tok, "in0"), t("pos", pos, "in1")])
+    if fused_noise is None:
+        builder.op("aten::add.Tensor", [t("tok", tok), t("pos", pos, "other")], [t("h", h, "0")], src="gpt2.py:577")
+        builder.op("aten::native_layer_norm", [t("h", h, "input")], [t("ln", ln, "0")], src="gpt2.py:273")
+    else:
+        ln = ln * fused_noise
+        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "triton_per_fused_add_native_layer_norm_0",
+                              "src": "gpt2.py:273", "m": "Net",
+                              "fuses": [{"op": "aten::add.Tensor", "src": "gpt2.py:577"},
+                                        {"op": "aten::var_mean.correction", "src": "gpt2.py:273"},
+                                        {"op": "aten::add.Tensor", "src": "gpt2.py:273"}],
+                              "in": [t("tok", tok, "in_ptr0"), t("pos", pos, "in_ptr1")],
+                              "out": [t("ln", ln, "out_ptr2")]})
+        builder.seq += 1
+    out = ln @ w
+    builder.op("aten::mm", [t("ln", ln), t("w", w, "mat2")], [t("out", out, "0")], src="gpt2.py:280")
+    builder.region("exit", [t("out", out, "out0")])
+
+
+def test_a_fused_layer_norm_is_not_paired_with_the_residual_add_before_it(tmp_path: Path) -> None:
+    """H100, clean GPT-2, BERT and an MLP under inductor: a layer norm's output sums to about 1e-7, so its
+    rounded sum differs between the runs and values did not pair it; the kernel, keyed by its last fused
+    op (the bias `add`), was then paired with the residual `add` at another line, and that false pair
+    was reported as a wrong fused result."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _embedding_then_layer_norm(a)
+    _embedding_then_layer_norm(b, fused_noise=1 + 1e-6 * torch.arange(64.0).reshape(4, 16).cos())
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_shape_pairs_take_the_op_that_ends_a_decomposition(tmp_path: Path) -> None:
+    """aot_eager_decomp_partition: eager's `gelu` is five ops of the same shape in B; paired on shapes
+    alone it must meet the last of them (the one that writes gelu's value), not the first (0.5 * x)."""
+    from tracediff.diff.align import SHAPE_TIER, align
+    from tracediff.diff.skeleton import build_skeleton
+
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "aot_eager")
+    t = a.tensor
+    a.op("aten::gelu", [t("x", X)], [t("g", torch.nn.functional.gelu(X), "0")], src="m.py:5")
+    t = b.tensor
+    steps = [("aten::mul.Tensor", X * 0.5), ("aten::mul.Tensor", X * 0.7071), ("aten::erf", torch.erf(X * 0.7071)),
+             ("aten::add.Tensor", torch.erf(X * 0.7071) + 1), ("aten::mul.Tensor", torch.nn.functional.gelu(X) * 1.01)]
+    for k, (op, value) in enumerate(steps):
+        b.op(op, [t("x", X)], [t(f"s{k}", value, "0")], src="m.py:5")
+    partner, tier = align(build_skeleton(a.close()), build_skeleton(b.close()))
+    assert (partner[0], tier[0]) == (4, SHAPE_TIER)

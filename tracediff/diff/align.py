@@ -8,12 +8,16 @@ Three tiers, each refining the gaps the previous one left:
    ending its chain; regions pair by identity. Pairing equal values cannot
    raise a false alarm, and it is order-robust where a compiled backward runs
    many same-shape ops in another order than eager autograd;
-2. inside each gap, op family + output shapes: where values differ, the op
-   that should have computed the same thing;
+2. inside each gap, op family + output shapes, at the same source line where
+   both are known: where values differ, the op that should have computed the
+   same thing;
 3. inside what remains, output shapes alone: ops that stand in the same place
    with the same shapes but compute differently, which is where a wrong
    decomposition (`cos` computed as `sin`) shows. This is weak evidence, so
-   the verdict accepts such a pair only when both read agreeing values.
+   pairs at different known lines are dropped and the verdict accepts such a
+   pair only when both read agreeing values. Where shapes tie, the last
+   records of a gap pair: a decomposition or a fused chain writes its value
+   in its last op.
 
 Every tier runs `align_sequences`, near-linear on mostly-equal inputs, so the
 whole is too. Pairs are monotone in both traces.
@@ -41,11 +45,17 @@ def _gaps(pairs: Pairs, len_a: int, len_b: int) -> list[tuple[int, int, int, int
     return gaps
 
 
-def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int, int], tuple[Sequence, Sequence]]) -> Pairs:
+def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int, int], tuple[Sequence, Sequence]],
+            from_end: bool = False) -> Pairs:
+    """Pair records inside each gap on `keys`. from_end: where keys tie, prefer the last records of
+    the gap: a chain (a decomposition in B, a fusion in A) computes its value in its last op."""
     refined: Pairs = []
     for a0, a1, b0, b1 in _gaps(pairs, len_a, len_b):
         ka, kb = keys(a0, a1, b0, b1)
-        refined.extend((a0 + i, b0 + j) for i, j in align_sequences(ka, kb))
+        if from_end:
+            refined.extend((a1 - 1 - i, b1 - 1 - j) for i, j in align_sequences(ka[::-1], kb[::-1]))
+        else:
+            refined.extend((a0 + i, b0 + j) for i, j in align_sequences(ka, kb))
     return sorted(pairs + refined)
 
 
@@ -73,10 +83,13 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     tier = bytearray(len(a))
     for i, _ in pairs:
         tier[i] = VALUE_TIER
-    pairs = _refine(pairs, len(a), len(b), primary_keys)
+    # Same op family at different source lines is not "the op that should have computed the same
+    # thing": a kernel ending in a layer norm's bias `add` must not pair with the residual `add` before it.
+    pairs = [(i, j) for i, j in _refine(pairs, len(a), len(b), primary_keys)
+             if tier[i] == VALUE_TIER or not _sources_differ(a, b, i, j)]
     for i, _ in pairs:
         tier[i] = tier[i] or OP_TIER
-    shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys)) - set(pairs)
+    shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys, from_end=True)) - set(pairs)
     # Same shapes alone is weak evidence: drop pairs whose source lines are both known and differ.
     shape_pairs = {(i, j) for i, j in shape_pairs if not _sources_differ(a, b, i, j)}
     for i, _ in shape_pairs:

@@ -51,6 +51,15 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
+# A sum smaller than this fraction of the sum of magnitudes is mostly cancellation: its leading
+# digits are rounding noise (a layer norm's output sums to about 1e-6 of its l1), so it is keyed as 0.
+_CANCELLED_SUM = 1e-3
+
+
+def _stable_sum(fp: dict[str, Any]) -> float:
+    return 0.0 if abs(fp["sum"]) <= _CANCELLED_SUM * fp["l1"] else _round(fp["sum"])
+
+
 def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
     """(primary, signature, value) hashes of one alignable record.
 
@@ -71,7 +80,7 @@ def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
     for t in outs:
         fp = t.get("fp")
         if fp and not t.get("uninit") and fp.get("n"):
-            value = hash((t["dt"], tuple(t["sh"]), _round(fp["sum"]), _round(fp["l1"]), fp["nan"], fp["inf"]))
+            value = hash((t["dt"], tuple(t["sh"]), _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"]))
             break
     return primary, hash(("sig", signature)), value
 

@@ -10,6 +10,10 @@ kernel per op (record/materialize) and diff again:
   fused candidates: that op is the answer (`pinned`). A decomposed op of A is
   several kernels of B but still one candidate of A;
 - fewer computing candidates, all among the fused ones: `narrowed`;
+- before every fused candidate, at one computing op: `earlier`, and that op is
+  the answer. Fusion hid the difference there: the first value the fused run
+  materializes after it (a layer norm's output, say) was still within the
+  tolerance, and a later op showed it;
 - elsewhere: `moved`, and the fused verdict stays;
 - the runs match: `vanished`. The fused kernel's output differs from the same
   ops run one by one; a float64 run of the reference tells precision from a
@@ -60,7 +64,7 @@ def needs_narrowing(report: dict[str, Any], trace_b: Path) -> bool:
 class Outcome:
     """What the unfused run says about the fused candidates."""
 
-    result: str  # "vanished" | "pinned" | "narrowed" | "moved"
+    result: str  # "vanished" | "pinned" | "narrowed" | "earlier" | "moved"
     pinned: dict[str, Any] | None = None  # the candidate pinned
     pinned_by: str | None = None  # "value": its inputs agree, its output differs; "position": the only op that computes
     computing: tuple[int, ...] = ()  # indices of the unfused run's candidates that compute
@@ -78,6 +82,9 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     indices = tuple(c["index"] for c in computing)
     fused_indices = {c["index"] for c in fused}
     if not set(indices) <= fused_indices:
+        if len(computing) == 1 and computing[0]["index"] < min(fused_indices):
+            by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"
+            return Outcome("earlier", computing[0], by, indices)
         return Outcome("moved", computing=indices)
     if len(computing) == 1:
         by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"
@@ -120,7 +127,7 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         narrowing.update(fusion_effect=effect.effect, fusion_evidence=dict(effect.as_dict(), float64_trace=str(float64_trace)))
         return _annotate(report, narrowing, _vanished_note(effect))
     assert found is not None
-    if outcome.result == "pinned":
+    if outcome.result in ("pinned", "earlier"):
         assert outcome.pinned is not None
         pinned = outcome.pinned
         narrowing.update(pinned_by=outcome.pinned_by, unfused_candidates=found.get("candidates"))
@@ -128,7 +135,11 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         narrowed = dict(found, **{k: pinned.get(k) for k in ("op", "index", "source", "module", "code")},
                         path=record.get("path", found.get("path")), candidates=[pinned], pinned_by=outcome.pinned_by,
                         narrowing=narrowing)
-        if pinned["index"] != found["index"] or len(found.get("candidates") or []) > 1:
+        if outcome.result == "earlier":
+            narrowed["note"] = (f"with one kernel per op the difference shows earlier, at {pinned['op']}: the fused "
+                                f"run carried it within the tolerance until {first['op']} (#{first['index']}); "
+                                f"{found.get('note')}")
+        elif pinned["index"] != found["index"] or len(found.get("candidates") or []) > 1:
             narrowed["note"] = (f"pinned: with one kernel per op, {pinned['op']} is the only candidate that computes "
                                 f"(the others only move values); {found.get('note')}")
         return dict(report, first_divergence=narrowed)
