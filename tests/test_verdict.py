@@ -545,3 +545,39 @@ def test_shape_pairs_take_the_op_that_ends_a_decomposition(tmp_path: Path) -> No
         b.op(op, [t("x", X)], [t(f"s{k}", value, "0")], src="m.py:5")
     partner, tier = align(build_skeleton(a.close()), build_skeleton(b.close()))
     assert (partner[0], tier[0]) == (4, SHAPE_TIER)
+
+
+def test_a_change_made_by_a_kernel_only_b_runs_is_not_blamed_on_a_view(tmp_path: Path) -> None:
+    """H100, GPT-2's `ln_f` perturbed under inductor: the layer norm's kernel agrees with A, a kernel only
+    B runs (the planted `mul`, at ln_f's line) changes the value, and `lm_head` reads it through views
+    that A dispatches and B does not. The views only carry the value: name the op at the kernel's line."""
+    x = torch.linspace(-1, 1, 64).reshape(2, 2, 16)
+    ln = torch.nn.functional.layer_norm(x, (16,))
+    w = torch.linspace(0.5, 1.5, 256).reshape(16, 16)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", x, "in0")])
+    a.op("aten::native_layer_norm", [t("x", x, "input")], [t("ln", ln, "0")], src="gpt2.py:619", module="Net.ln_f")
+    a.op("aten::view", [t("ln", ln)], [t("v1", ln, "0", base="ln")], src="gpt2.py:621")
+    a.op("aten::view", [t("v1", ln, base="ln")], [t("v2", ln.reshape(4, 16), "0", base="ln")], src="gpt2.py:697",
+         module="Net.lm_head")
+    y = ln.reshape(4, 16) @ w
+    a.op("aten::mm", [t("v2", ln.reshape(4, 16), base="ln"), t("w", w, "mat2")], [t("y", y, "0")], src="gpt2.py:697",
+         module="Net.lm_head")
+    a.region("exit", [t("y", y, "out0")])
+    t = b.tensor
+    b.region("enter", [t("x", x, "in0")])
+    for name, fuses, inputs, out in (
+            ("triton_per_fused_native_layer_norm_8", ["aten::var_mean.correction", "aten::add.Tensor"],
+             [t("x", x, "in_ptr0")], t("ln", ln, "out_ptr0")),
+            ("triton_poi_fused_mul_9", ["aten::mul.Tensor"], [t("ln", ln, "in_ptr0")], t("ln2", ln * 1.01, "out_ptr0"))):
+        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "gpt2.py:619", "m": "Net.ln_f",
+                        "fuses": [{"op": op, "src": "gpt2.py:619"} for op in fuses], "in": inputs, "out": [out]})
+        b.seq += 1
+    y2 = (ln * 1.01).reshape(4, 16) @ w
+    b.op("aten::mm.out", [t("ln2r", (ln * 1.01).reshape(4, 16)), t("w", w, "mat2")], [t("y", y2, "0")],
+         src="gpt2.py:697", module="Net.lm_head")
+    b.region("exit", [t("y", y2, "out0")])
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:619"), first
+    assert "triton_poi_fused_mul_9" in first["note"]

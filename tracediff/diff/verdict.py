@@ -120,6 +120,15 @@ def _key(t: dict[str, Any]) -> Key:
     return t["id"], t.get("v")
 
 
+def _content(t: dict[str, Any]) -> tuple | None:
+    """A tensor's content as its fingerprint states it exactly (a reinterpreting view keeps it);
+    None where it says too little to tell values apart (no fingerprint, all zeros)."""
+    fp = t.get("fp")
+    if not fp or not fp.get("l1"):
+        return None
+    return t.get("dt"), fp.get("n"), fp.get("sum"), fp["l1"], fp.get("l2"), fp.get("max")
+
+
 def _ref(t: dict[str, Any]) -> Ref:
     return t["id"], t.get("v"), t.get("b")
 
@@ -177,12 +186,18 @@ class _Walker:
         self.amplified = amplified
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
+        self.computing_at_line: OrderedDict[str, Place] = OrderedDict()  # source -> A's latest op there that computes
+
+    def _seen(self, record: dict[str, Any], place: Place) -> None:
+        if place.source and not preserves_values(record):
+            _put_bounded(self.computing_at_line, place.source, place)
 
     def unknown(self, record: dict[str, Any], candidate: bool, compared: bool = False) -> None:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
                           preserves_values(record))
+        self._seen(record, entry.place)
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
@@ -193,6 +208,7 @@ class _Walker:
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
+        self._seen(record, place)
         self.amplified.forget(record)
         for t in record.get("out", ()):
             for key in _filed(record, t):
@@ -215,6 +231,10 @@ class _Walker:
         wanted = base_op(op)
         return next((p for p in reversed(self.agreed.values()) if p.source == source and base_op(p.op) == wanted),
                     None)
+
+    def computing_at(self, source: str | None) -> Place | None:
+        """A's latest record at `source` that computes (not a view or copy)."""
+        return self.computing_at_line.get(source) if source else None
 
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
@@ -255,6 +275,9 @@ class _BSide:
 
     def __init__(self, path: Any, paired: bytearray) -> None:
         self.producers: OrderedDict[Key, _Made] = OrderedDict()
+        # The same values by content: inductor's wrapper reads a kernel's buffer through
+        # `reinterpret_tensor`, a new tensor no dispatched op made.
+        self.by_content: OrderedDict[tuple, tuple[Key, _Made]] = OrderedDict()
         self._paired = paired  # per alignable record of B: does it have a partner in A?
         self.agreed: OrderedDict[Key, bool] = OrderedDict()  # B's values known to agree with A's
         self._records = self._alignable(Trace(path))
@@ -273,6 +296,9 @@ class _BSide:
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
+                    content = _content(t)
+                    if content is not None:
+                        _put_bounded(self.by_content, content, (_key(t), made))
             if is_alignable:
                 count += 1
                 yield record
@@ -284,8 +310,16 @@ class _BSide:
                 _put_bounded(self.agreed, key, True)
 
     def producer(self, t: dict[str, Any]) -> _Made | None:
-        """The record of B that made `t`'s value (through a view: the last write to its base)."""
-        return self.producers.get(_resolve(_ref(t), self.producers))
+        """The record of B that made `t`'s value (through a view: the last write to its base;
+        a tensor no record made: the last record that wrote the same content)."""
+        made = self.producers.get(_resolve(_ref(t), self.producers))
+        if made is None:
+            made = self._by_content(t)[1]
+        return made
+
+    def _by_content(self, t: dict[str, Any]) -> tuple[Key | None, _Made | None]:
+        content = _content(t)
+        return self.by_content.get(content, (None, None)) if content is not None else (None, None)
 
     def walk_back(self, start: dict[str, Any]) -> list[_Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
@@ -294,7 +328,11 @@ class _BSide:
         inserted op, a kernel writing a value after the last paired op.
         """
         found: dict[int, _Made] = {}
-        stack = [_ref(start)]
+        first = _resolve(_ref(start), self.producers, self.agreed)
+        if first not in self.producers and first not in self.agreed:
+            key, _ = self._by_content(start)
+            first = key or first
+        stack = [(*first, None)]
         while stack and len(found) < _WALK_LIMIT:
             key = _resolve(stack.pop(), self.producers, self.agreed)
             made = self.producers.get(key)
@@ -586,7 +624,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 walker.unknown(ra, candidate=True)
                 continue
             candidates = walker.walk_back(bad)
-            if candidates:
+            if candidates and all(c.moves for c in candidates):
+                # Views cannot change a value: if B changed it with records only B ran, name those.
+                result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, b_side, by_name)
+                                or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
+            elif candidates:
                 result.first = _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False)
             else:
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
@@ -687,6 +729,32 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
         note = f"the output of {made_a.op} agrees, but differs by the time {seen.op} (#{seen.index}) reads it"
     return Divergence(_kind(bad), made_a, made_b.place if made_b else Place.of(rb), (made_a,), bad, False, note,
                       observed=seen)
+
+
+def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], views: list[_Produced], walker: _Walker,
+                            b_side: _BSide, by_name: bool) -> Divergence | None:
+    """An input differs and only views of A stand between it and values that agree.
+
+    A view cannot change a value, so B changed it, with records only B ran (a
+    compiler pass's op or a kernel after the last paired one: GPT-2's `ln_f`
+    output scaled by a kernel of its own, read by `lm_head` through views).
+    Name the last of them that computes, at A's op of the same line.
+    """
+    bad = _worst(in_diffs)
+    ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
+    tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
+    computing = [m for m in b_side.walk_back(tb) if not m.moves] if tb is not None else []
+    if not computing:
+        return None
+    changed = computing[-1]
+    a = walker.counterpart(changed.op, changed.place.source) or walker.computing_at(changed.place.source)
+    if a is None:
+        return None
+    seen = Place.of(ra)
+    note = (f"only views of A ({', '.join(v.place.op for v in views)}) stand between values that agree and "
+            f"{seen.op} (#{seen.index}), and a view cannot change a value: B changes it with "
+            f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not run")
+    return Divergence(_kind(bad), a, changed.place, (a,), bad, False, note, observed=seen)
 
 
 def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
