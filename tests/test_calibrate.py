@@ -126,3 +126,42 @@ def test_calibration_keeps_the_fused_fault_and_removes_inductors_false_alarm(run
 def test_calibrate_does_not_combine_with_repeat() -> None:
     result = invoke("run", str(FIXTURES / "clean_mlp.py"), "--backends", "eager", "--calibrate")
     assert result.exit_code == 2 and "--calibrate" in result.stderr
+
+
+def test_an_adamw_step_runs_in_float64_with_float32_state() -> None:
+    """`--calibrate` and narrowing's float64 run of a training step (the GPT-2 benchmark on CUDA):
+    `zeros_like(param)` made float64 optimizer state, and `exp_avg.lerp_(grad)` refused the float32 grad."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    before = [p.detach().clone() for p in model.parameters()]
+    with Float64Upcast():
+        loss = model(torch.randn(4, 8)).square().mean()
+        loss.backward()
+        opt.step()
+    assert loss.dtype == torch.float64
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(s["exp_avg"].dtype == torch.float32 for s in opt.state.values())
+    assert all(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+
+def test_an_in_place_write_into_float32_reads_a_computed_value_as_float32() -> None:
+    ema = torch.zeros(4)
+    x = torch.linspace(0, 1, 8).reshape(2, 4)
+    with Float64Upcast():
+        ema.lerp_(x.mean(0), 0.5)  # the mean is computed in float64; lerp_ wants one dtype
+    assert ema.dtype == torch.float32 and torch.allclose(ema, x.mean(0) * 0.5)
+
+
+def test_a_tied_weight_update_runs_in_float64() -> None:
+    """GPT-2's tied embedding: autograd sums the two gradients itself, so the float64 gradient is no
+    value this mode computed, and AdamW's `exp_avg.lerp_(grad)` into float32 state must still run."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 8)
+    head = torch.nn.Linear(8, 10, bias=False)
+    head.weight = emb.weight
+    opt = torch.optim.AdamW(emb.parameters(), lr=1e-2, foreach=False)
+    with Float64Upcast():
+        head(emb(torch.tensor([1, 2, 3]))).logsumexp(-1).mean().backward()
+        opt.step()
+    assert emb.weight.dtype == torch.float32 and opt.state[emb.weight]["exp_avg"].dtype == torch.float32

@@ -15,8 +15,8 @@ instead, below the recorder:
 - a functional op that reads a float16/bfloat16/float32 tensor gets float64
   copies of its floating arguments (exact) and computes in float64; what it
   returns flows on in float64;
-- factories (`torch.empty`, `torch.zeros`, ...) and random ops make tensors in
-  the program's dtype, so parameters and random draws are the same numbers as
+- factories (`torch.empty`, `torch.zeros`, `torch.zeros_like`, ...) and random
+  ops make tensors in the program's dtype, so parameters and random draws are the same numbers as
   in the float32 run (a random op reading a float64 value draws in the
   dtype the program has it in);
 - views and in-place ops run as they are: a view keeps aliasing its base, and
@@ -41,6 +41,11 @@ _WIDER = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bflo
           torch.complex64: torch.complex128}
 
 
+# Factories that take a tensor for its shape and dtype (an optimizer's state: `zeros_like(param)`).
+_LIKE_FACTORIES = frozenset({torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
+                             torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default})
+
+
 def _aliases_or_writes(func: Any) -> bool:
     schema = func._schema
     return any(r.alias_info is not None for r in schema.returns) or schema.is_mutable
@@ -57,8 +62,19 @@ class Float64Upcast(TorchDispatchMode):
         kwargs = kwargs or {}
         if torch.Tag.nondeterministic_seeded in func.tags:
             return self._random(func, args, kwargs)
+        if func in _LIKE_FACTORIES:
+            return func(*args, **kwargs)  # reads only the shape and dtype: the program's dtype, like `torch.zeros`
         if _aliases_or_writes(func):
-            return func(*args, **kwargs)
+            if not func._schema.is_mutable:
+                return func(*args, **kwargs)
+            n_args, n_kwargs = self._narrow_to_written(func, args, kwargs, computed_only=True)
+            try:
+                return func(*n_args, **n_kwargs)
+            except RuntimeError:
+                # A float64 value this mode did not track (summed by autograd's engine, say) where the
+                # op wants one dtype; the checks run before any write, so try once more narrowed.
+                n_args, n_kwargs = self._narrow_to_written(func, args, kwargs, computed_only=False)
+                return func(*n_args, **n_kwargs)
         floats = [t for t in tree_flatten((args, kwargs))[0]
                   if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
         if not any(t.dtype in _WIDER for t in floats):
@@ -71,6 +87,26 @@ class Float64Upcast(TorchDispatchMode):
                 if isinstance(t, torch.Tensor) and t.dtype == _WIDER[program]:
                     self._program_dtype[t] = program
         return out
+
+    def _narrow_to_written(self, func: Any, args: tuple, kwargs: dict, computed_only: bool) -> tuple[tuple, dict]:
+        """An in-place or out= write into a narrower tensor (AdamW's `exp_avg.lerp_(grad, w)` into
+        float32 state) reads the values it computes from in the written tensor's dtype, as the
+        program does: some ops (lerp_) refuse mixed dtypes, and the result is stored narrow anyway."""
+        schema = func._schema
+        written = [args[i] if i < len(args) else kwargs.get(a.name) for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write]
+        dtypes = {t.dtype for t in written if isinstance(t, torch.Tensor) and t.dtype in _WIDER}
+        if len(dtypes) != 1:
+            return args, kwargs
+        (dtype,) = dtypes
+        written_ids = {id(t) for t in written}
+
+        def narrow(t: torch.Tensor) -> torch.Tensor:
+            if id(t) in written_ids or t.dtype != _WIDER[dtype] or (computed_only and t not in self._program_dtype):
+                return t
+            return t.to(dtype)
+
+        return tree_map_only(torch.Tensor, narrow, (args, kwargs))
 
     def _random(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Draw in the program's dtype, so the numbers equal the float32 run's; an in-place draw is written back."""
