@@ -310,16 +310,8 @@ class _BSide:
                 _put_bounded(self.agreed, key, True)
 
     def producer(self, t: dict[str, Any]) -> _Made | None:
-        """The record of B that made `t`'s value (through a view: the last write to its base;
-        a tensor no record made: the last record that wrote the same content)."""
-        made = self.producers.get(_resolve(_ref(t), self.producers))
-        if made is None:
-            made = self._by_content(t)[1]
-        return made
-
-    def _by_content(self, t: dict[str, Any]) -> tuple[Key | None, _Made | None]:
-        content = _content(t)
-        return self.by_content.get(content, (None, None)) if content is not None else (None, None)
+        """The record of B that made `t`'s value (through a view: the last write to its base)."""
+        return self.producers.get(_resolve(_ref(t), self.producers))
 
     def walk_back(self, start: dict[str, Any]) -> list[_Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
@@ -329,9 +321,9 @@ class _BSide:
         """
         found: dict[int, _Made] = {}
         first = _resolve(_ref(start), self.producers, self.agreed)
-        if first not in self.producers and first not in self.agreed:
-            key, _ = self._by_content(start)
-            first = key or first
+        content = _content(start)
+        if first not in self.producers and first not in self.agreed and content in self.by_content:
+            first = self.by_content[content][0]  # a tensor no record made: the last one writing its content
         stack = [(*first, None)]
         while stack and len(found) < _WALK_LIMIT:
             key = _resolve(stack.pop(), self.producers, self.agreed)
