@@ -58,13 +58,18 @@ def widens(src: str | None, dst: str | None) -> bool:
     return is_floating(src) and is_floating(dst) and _MANTISSA[dst] >= _MANTISSA[src]  # type: ignore[index]
 
 
+def only_moves(op: str | None) -> bool:
+    """Does an op of this name move or alias values, whatever its dtypes (a view; not a cast)?"""
+    return bool(op) and base_op(op) in _MOVES and base_op(op) not in _CASTS  # type: ignore[arg-type]
+
+
 def preserves_values(record: dict[str, Any]) -> bool:
     """Can this op only move, alias or exactly widen its input's values?"""
     op = record.get("op")
-    if not op or base_op(op) not in _MOVES:
-        return False
-    if base_op(op) not in _CASTS:
+    if only_moves(op):
         return True
+    if not op or base_op(op) not in _CASTS:
+        return False
     ins = [t.get("dt") for t in record.get("in", ()) if t.get("dt")]
     outs = [t.get("dt") for t in record.get("out", ()) if t.get("dt")]
     return bool(ins) and bool(outs) and all(widens(ins[-1], d) or d == ins[-1] for d in outs)

@@ -42,7 +42,7 @@ from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
-from tracediff.diff.precision import CarriedPrecision, preserves_values
+from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
@@ -186,18 +186,12 @@ class _Walker:
         self.amplified = amplified
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
-        self.computing_at_line: OrderedDict[str, Place] = OrderedDict()  # source -> A's latest op there that computes
-
-    def _seen(self, record: dict[str, Any], place: Place) -> None:
-        if place.source and not preserves_values(record):
-            _put_bounded(self.computing_at_line, place.source, place)
 
     def unknown(self, record: dict[str, Any], candidate: bool, compared: bool = False) -> None:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
                           preserves_values(record))
-        self._seen(record, entry.place)
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
@@ -208,7 +202,6 @@ class _Walker:
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
-        self._seen(record, place)
         self.amplified.forget(record)
         for t in record.get("out", ()):
             for key in _filed(record, t):
@@ -233,8 +226,12 @@ class _Walker:
                     None)
 
     def computing_at(self, source: str | None) -> Place | None:
-        """A's latest record at `source` that computes (not a view or copy)."""
-        return self.computing_at_line.get(source) if source else None
+        """A's latest record at `source` that computes (not a view), whether its value agreed or not."""
+        if not source:
+            return None
+        places = [e.place for e in self.unknown_producers.values() if e.place.source == source and not e.moves]
+        places += [p for p in self.agreed.values() if p.source == source and not only_moves(p.op)]
+        return max(places, key=lambda p: p.index, default=None)
 
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
@@ -696,6 +693,12 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     return False
 
 
+def _input_pair(ra: dict, rb: dict, bad: TensorDiff, by_name: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The differing input `bad` of A's record, and B's tensor paired with it (None if none is)."""
+    ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
+    return ta, next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
+
+
 def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
                         by_name: bool) -> Divergence:
     """An input differs although no unpaired op of A produced it.
@@ -705,9 +708,8 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
     it is a program input that differs from the start.
     """
     bad = _worst(in_diffs)  # the value B changed is the one to show
-    ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
+    ta, tb = _input_pair(ra, rb, bad, by_name)
     made_a = walker.agreed_value(ta)
-    tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
     made_b = b_side.producer(tb) if tb is not None else None
     seen = Place.of(ra)
     if made_a is None:
@@ -733,8 +735,7 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
     Name the last of them that computes, at A's op of the same line.
     """
     bad = _worst(in_diffs)
-    ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
-    tb = next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
+    _, tb = _input_pair(ra, rb, bad, by_name)
     computing = [m for m in b_side.walk_back(tb) if not m.moves] if tb is not None else []
     if not computing:
         return None

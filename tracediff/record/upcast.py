@@ -16,12 +16,13 @@ instead, below the recorder:
   copies of its floating arguments (exact) and computes in float64; what it
   returns flows on in float64;
 - factories (`torch.empty`, `torch.zeros`, `torch.zeros_like`, ...) and random
-  ops make tensors in the program's dtype, so parameters and random draws are the same numbers as
-  in the float32 run (a random op reading a float64 value draws in the
-  dtype the program has it in);
-- views and in-place ops run as they are: a view keeps aliasing its base, and
-  an in-place write into a float32 tensor (a parameter update, a slice
-  assignment) stores float32, as the program says.
+  ops make tensors in the program's dtype, so parameters and random draws are
+  the same numbers as in the float32 run (a random op reading a float64 value
+  draws in the dtype the program has it in);
+- views and in-place ops run in the program's dtypes: a view keeps aliasing
+  its base, and an in-place write into a float32 tensor (a parameter update,
+  a slice assignment) stores float32, as the program says, reading the
+  computed values it combines as float32 (`lerp_` takes one dtype).
 
 So both runs see the same inputs, parameters and random numbers; only the
 rounding of computed values differs.

@@ -81,13 +81,12 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     computing = [c for c in candidates if not moves(c["index"])] or candidates
     indices = tuple(c["index"] for c in computing)
     fused_indices = {c["index"] for c in fused}
+    by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"  # if one op computes
     if not set(indices) <= fused_indices:
         if len(computing) == 1 and computing[0]["index"] < min(fused_indices):
-            by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"
             return Outcome("earlier", computing[0], by, indices)
         return Outcome("moved", computing=indices)
     if len(computing) == 1:
-        by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"
         return Outcome("pinned", computing[0], by, indices)
     fused_computing = [c for c in fused if not moves(c["index"])] or fused
     return Outcome("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
