@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from tracediff.config import Config
@@ -581,3 +582,130 @@ def test_a_change_made_by_a_kernel_only_b_runs_is_not_blamed_on_a_view(tmp_path:
     first = _report(a.close(), b.close())["first_divergence"]
     assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:619"), first
     assert "triton_poi_fused_mul_9" in first["note"]
+
+
+def _post_layer_norm(builder: TraceBuilder, fused_noise: torch.Tensor | None = None) -> None:
+    """BERT's `LayerNorm(hidden + input)` on one line (350): the residual add's sum cancels and its l1
+    rounds like its layer norm's, so only their max tells them apart. With `fused_noise`, B runs one
+    kernel writing the layer norm's output into the add's buffer, off by float32 rounding."""
+    t = builder.tensor
+    residual = torch.nn.functional.layer_norm(torch.randn(32, 64, generator=torch.Generator().manual_seed(5)), (64,))
+    dense = torch.zeros(32, 64)
+    dense.view(-1)[residual.argmax()] = 0.05  # moves the max, barely the l1
+    h = residual + dense
+    ln = torch.nn.functional.layer_norm(h, (64,))
+    builder.region("enter", [t("res", residual, "in0"), t("dense", dense, "in1")])
+    if fused_noise is None:
+        builder.op("aten::add.Tensor", [t("dense", dense), t("res", residual, "other")], [t("h", h, "0")],
+                   src="bert.py:350", module="Net.output")
+        builder.op("aten::native_layer_norm", [t("h", h, "input")], [t("ln", ln, "0")], src="bert.py:350",
+                   module="Net.output.LayerNorm")
+    else:
+        ln = ln * fused_noise
+        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "triton_per_fused_add_native_layer_norm_6",
+                              "src": "bert.py:350", "m": "Net.output.LayerNorm",
+                              "fuses": [{"op": "aten::add.Tensor", "src": "bert.py:350"},
+                                        {"op": "aten::var_mean.correction", "src": "bert.py:350"},
+                                        {"op": "aten::add.Tensor", "src": "bert.py:350"}],
+                              "in": [t("dense", dense, "in_out_ptr0"), t("res", residual, "in_ptr1")],
+                              "out": [t("ln", ln, "in_out_ptr0")]})
+        builder.seq += 1
+    builder.region("exit", [t("ln", ln, "out0")])
+
+
+def test_a_kernel_writing_a_layer_norm_pairs_with_the_norm_not_the_add_on_its_line(tmp_path: Path) -> None:
+    """H100, clean BERT under inductor: the kernel fusing layer 1's residual add and its layer norm was
+    paired by value with the add (cancelled sums, l1 alike at 4 digits), and their difference reported
+    as a wrong fused result. Values agreeing in max too pair first."""
+    from tracediff.diff.skeleton import build_skeleton
+
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _post_layer_norm(a)
+    _post_layer_norm(b, fused_noise=1 + 1e-7 * torch.arange(2048.0).reshape(32, 64).cos())
+    a_path, b_path = a.close(), b.close()
+    skeleton_a = build_skeleton(a_path)
+    assert skeleton_a.value[1] == skeleton_a.value[2], "the add and the norm must share the coarse value key"
+    assert build_skeleton(b_path).value[1] == skeleton_a.value[2]
+    report = _report(a_path, b_path)
+    assert report["verdict"] == "match", report["first_divergence"]
+
+
+@pytest.mark.parametrize("extern_mm", [False, True], ids=["addmm", "extern-mm-and-bias-kernel"])
+def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(tmp_path: Path, extern_mm: bool) -> None:
+    """H100, GPT-2's `ln_2` perturbed, narrowed with one kernel per op: a fresh layer norm's weight is 1
+    and its bias 0, so B's `x_hat * weight` kernel holds A's layer norm value exactly and paired with it
+    by value; the planted `* 1.01` and the bias `add` after it, at the same line, went unpaired, and the
+    change was blamed on the `addmm` reading it (through `reinterpret_tensor`, a tensor no record made).
+    B changed the value after its pair, at the layer norm's line: name the layer norm."""
+    x = torch.linspace(-1, 1, 64).reshape(4, 16)
+    ln = torch.nn.functional.layer_norm(x, (16,))
+    w = torch.linspace(0.5, 1.5, 512).reshape(16, 32)  # the output is not shaped like the views of the input
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", x, "in0")])
+    a.op("aten::native_layer_norm", [t("x", x, "input")], [t("ln", ln, "0")], src="gpt2.py:304", module="Net.ln_2")
+    bias = torch.zeros(32)
+    a.op("aten::view", [t("ln", ln)], [t("ln2d", ln, "0", base="ln")], src="utils.py:119", module="Net.c_fc")
+    a.op("aten::addmm", [t("bias", bias), t("ln2d", ln, "mat1", base="ln"), t("w", w, "mat2")], [t("y", ln @ w, "0")],
+         src="utils.py:119", module="Net.c_fc")
+    a.region("exit", [t("y", ln @ w, "out0")])
+
+    def kernel(name: str, inputs: list[dict], out: dict, src: str) -> None:
+        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": src, "m": "Net",
+                        "fuses": [{"op": "aten::mul.Tensor", "src": src}], "in": inputs, "out": [out]})
+        b.seq += 1
+
+    t = b.tensor
+    b.region("enter", [t("x", x, "in0")])
+    kernel("triton_per_fused_native_layer_norm_0", [t("x", x, "in_ptr0")], t("xhat", ln, "out_ptr0"), "gpt2.py:304")
+    kernel("triton_poi_fused_mul_2", [t("xhat", ln, "in_ptr0")], t("planted", ln * 1.01, "out_ptr0"), "gpt2.py:304")
+    kernel("triton_poi_fused_add_3", [t("planted", ln * 1.01, "in_ptr0")], t("ln", ln * 1.01, "out_ptr0"), "gpt2.py:304")
+    y = (ln * 1.01) @ w
+    if extern_mm:  # an extern `mm` and a kernel named for the `addmm` adding its bias (zero here)
+        b.writer.write({"t": "op", "i": b.seq, "op": "aten::mm.out", "d": 1, "m": "Net.c_fc", "src": "utils.py:119",
+                        "code": "", "in": [t("ln_reinterpreted", ln * 1.01, "self"), t("w", w, "mat2")],
+                        "out": [t("mm", y, "0")]})
+        b.seq += 1
+        kernel("triton_poi_fused_addmm_4", [t("bias", torch.zeros(32), "in_ptr0"), t("mm", y, "in_ptr1")],
+               t("y", y, "out_ptr0"), "utils.py:119")
+    else:
+        b.writer.write({"t": "op", "i": b.seq, "op": "aten::addmm.out", "d": 1, "m": "Net.c_fc", "src": "utils.py:119",
+                        "code": "", "in": [t("ln_reinterpreted", ln * 1.01, "self"), t("w", w, "mat2")],
+                        "out": [t("y", y, "0")]})
+        b.seq += 1
+    b.region("exit", [t("y", y, "out0")])
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged"
+    assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:304"), first
+
+
+def test_a_kernel_named_for_an_op_at_its_line_is_compared_with_it(tmp_path: Path) -> None:
+    """H100, GPT-2's `c_fc` mm perturbed, one kernel per op: B computes eager's `addmm` as an extern
+    `mm` and a kernel adding the bias, which inductor names `..._fused_addmm_...`. Paired on shapes
+    alone, a kernel was never compared, so the change was blamed on the GELU reading it."""
+    x, w = torch.linspace(-1, 1, 64).reshape(4, 16), torch.linspace(0.5, 1.5, 256).reshape(16, 16)
+    bias = torch.linspace(0.1, 0.3, 16)  # the mm alone holds another value than the addmm
+    y = torch.addmm(bias, x, w)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", x, "in0")])
+    a.op("aten::addmm", [t("bias", bias), t("x", x, "mat1"), t("w", w, "mat2")], [t("y", y, "0")], src="utils.py:119")
+    a.op("aten::mul.Tensor", [t("y", y)], [t("z", y * 0.5, "0")], src="act.py:66")
+    a.region("exit", [t("z", y * 0.5, "out0")])
+    t = b.tensor
+    b.region("enter", [t("x", x, "in0")])
+    b.op("aten::mm.out", [t("x", x), t("w", w, "mat2")], [t("m", x @ w, "0")], src="utils.py:119")
+    for name, src, op, inputs, out, value in [
+            ("triton_poi_fused_addmm_1", "utils.py:119", "aten::add.Tensor", ["m", "bias"], "y", y * 1.002),
+            ("triton_poi_fused_mul_view_2", "act.py:66", "aten::mul.Tensor", ["y"], "z", y * 1.002 * 0.5)]:
+        values = {"m": x @ w, "bias": bias, "y": y * 1.002}
+        fuses = [{"op": "aten::reshape", "src": src}] * (op == "aten::mul.Tensor") + [{"op": op, "src": src}]
+        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": src, "m": "Net", "fuses": fuses,
+                        "in": [t(n, values[n], f"in_ptr{k}") for k, n in enumerate(inputs)],
+                        "out": [t(out, value, "out_ptr0")]})
+        b.seq += 1
+    b.region("exit", [t("z", y * 1.002 * 0.5, "out0")])
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert (first["op"], first["source"]) == ("aten::addmm", "utils.py:119"), first

@@ -5,7 +5,9 @@ Three tiers, each refining the gaps the previous one left:
 1. values (rounded fingerprints) over the whole traces: records that compute
    the same value are paired whatever their names, e.g. eager `addmm` with the
    `add` ending aot_eager's `mm` + `add`, or a fused kernel with the eager op
-   ending its chain; regions pair by identity. Pairing equal values cannot
+   ending its chain; regions pair by identity. Values are paired with their
+   max first, then without it (where a sum cancels, a residual add and the
+   layer norm of it share the coarser key). Pairing equal values cannot
    raise a false alarm, and it is order-robust where a compiled backward runs
    many same-shape ops in another order than eager autograd;
 2. inside each gap, op family + output shapes, at the same source line where
@@ -71,8 +73,16 @@ SHAPE_TIER = 3  # pairs made on output shapes alone: weak evidence, checked in t
 def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     """For each alignable record of `a`: the index of its partner in `b` (or -1), and the tier that paired it."""
     # Records without a value get keys that match nothing (regions have their identity as value).
-    pairs = align_sequences([a.value[i] if a.has_value[i] else ("a", i) for i in range(len(a))],
-                            [b.value[j] if b.has_value[j] else ("b", j) for j in range(len(b))])
+    # Values with their max first: where a sum cancels, a residual add and the layer norm of it
+    # can share the coarser key, and the kernel writing the norm must pair with the norm.
+    pairs = align_sequences([a.fine_value[i] if a.has_value[i] else ("a", i) for i in range(len(a))],
+                            [b.fine_value[j] if b.has_value[j] else ("b", j) for j in range(len(b))])
+
+    def value_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
+        return ([a.value[i] if a.has_value[i] else ("a", i) for i in range(a0, a1)],
+                [b.value[j] if b.has_value[j] else ("b", j) for j in range(b0, b1)])
+
+    pairs = _refine(pairs, len(a), len(b), value_keys)
 
     def primary_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
         return a.primary[a0:a1], b.primary[b0:b1]

@@ -60,29 +60,32 @@ def _stable_sum(fp: dict[str, Any]) -> float:
     return 0.0 if abs(fp["sum"]) <= _CANCELLED_SUM * fp["l1"] else _round(fp["sum"])
 
 
-def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None]:
-    """(primary, signature, value) hashes of one alignable record.
+def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None]:
+    """(primary, signature, value, fine value) hashes of one alignable record.
 
     primary: op family and output shapes; signature: output shapes only;
     value: the first output's rounded fingerprint, None when there is no
-    value to match on. A region's three keys are its identity.
+    value to match on; fine value: the same with its rounded max, which tells
+    apart values whose sums cancel and whose l1 round alike (a residual add
+    and the layer norm of it). A region's keys are its identity.
     """
     kind = record["t"]
     if kind == REGION:
         identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
-        return identity, identity, identity
+        return identity, identity, identity, identity
     outs = record.get("out") or []
     signature = _signature(outs)
     # A kernel is keyed like the last op of its fused chain, whose value it writes.
     name = chain_op(record) or record.get("name", "")
     primary = hash((OP, base_op(name), signature))
-    value = None
+    value = fine = None
     for t in outs:
         fp = t.get("fp")
         if fp and not t.get("uninit") and fp.get("n"):
-            value = hash((t["dt"], tuple(t["sh"]), _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"]))
+            content = (t["dt"], tuple(t["sh"]), _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"])
+            value, fine = hash(content), hash((*content, _round(fp.get("max", 0.0))))
             break
-    return primary, hash(("sig", signature)), value
+    return primary, hash(("sig", signature)), value, fine
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Skeleton:
     primary: array = field(default_factory=lambda: array("q"))
     signature: array = field(default_factory=lambda: array("q"))
     value: array = field(default_factory=lambda: array("q"))
+    fine_value: array = field(default_factory=lambda: array("q"))
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
     is_region: bytearray = field(default_factory=bytearray)
@@ -120,10 +124,11 @@ def build_skeleton(path: str | Path) -> Skeleton:
         if not alignable(record):
             continue
         skeleton.is_region.append(record["t"] == REGION)
-        primary, signature, value = keys_of(record)
+        primary, signature, value, fine = keys_of(record)
         skeleton.primary.append(primary)
         skeleton.signature.append(signature)
         skeleton.value.append(value if value is not None else 0)
+        skeleton.fine_value.append(fine if fine is not None else 0)
         skeleton.has_value.append(value is not None)
         src = record.get("src")
         skeleton.source.append(hash(src) if src else 0)

@@ -233,6 +233,12 @@ class _Walker:
         places += [p for p in self.agreed.values() if p.source == source and not only_moves(p.op)]
         return max(places, key=lambda p: p.index, default=None)
 
+    def agreed_computing_at(self, source: str | None) -> Place | None:
+        """A's latest record at `source` that computes and whose output agreed with B's."""
+        if not source:
+            return None
+        return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)), None)
+
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, _Produced] = {}
@@ -275,6 +281,8 @@ class _BSide:
         # The same values by content: inductor's wrapper reads a kernel's buffer through
         # `reinterpret_tensor`, a new tensor no dispatched op made.
         self.by_content: OrderedDict[tuple, tuple[Key, _Made]] = OrderedDict()
+        # Values read that no record made, and the key of the last value written with their content.
+        self.read_as: OrderedDict[Key, Key] = OrderedDict()
         self._paired = paired  # per alignable record of B: does it have a partner in A?
         self.agreed: OrderedDict[Key, bool] = OrderedDict()  # B's values known to agree with A's
         self._records = self._alignable(Trace(path))
@@ -286,6 +294,8 @@ class _BSide:
         for record in trace:
             outs = record.get("out", ())
             is_alignable = alignable(record)
+            for t in record.get("in", ()):
+                self._note_read(t)
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
@@ -299,6 +309,15 @@ class _BSide:
             if is_alignable:
                 count += 1
                 yield record
+
+    def _note_read(self, t: dict[str, Any]) -> None:
+        """A tensor read that no record made (inductor's `reinterpret_tensor` of a kernel's buffer,
+        passed to an extern `mm`): remember whose content it holds, for the walk back."""
+        if t.get("fp") is None or _resolve(_ref(t), self.producers) in self.producers:
+            return
+        content = _content(t)
+        if content is not None and content in self.by_content:
+            _put_bounded(self.read_as, _key(t), self.by_content[content][0])
 
     def agree(self, record: dict[str, Any]) -> None:
         """B's `record` was paired with a record of A whose outputs agree: so do its outputs."""
@@ -324,6 +343,8 @@ class _BSide:
         stack = [(*first, None)]
         while stack and len(found) < _WALK_LIMIT:
             key = _resolve(stack.pop(), self.producers, self.agreed)
+            if key not in self.producers and key not in self.agreed:
+                key = self.read_as.get(key, key)
             made = self.producers.get(key)
             if key in self.agreed or made is None or made.place.index in found:
                 continue
@@ -422,6 +443,17 @@ def _kind(worst: TensorDiff | None) -> str:
     return "nan" if worst is not None and worst.comparison.nonfinite else "output"
 
 
+def _kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
+    """Does a kernel at A's op's line write that op's value? Inductor names a kernel after the aten ops
+    its nodes came from before decomposition (`triton_poi_fused_addmm_22` adds the bias of an `addmm`
+    that became `mm` + `add`), so a kernel at the same line named for A's op computes the same quantity."""
+    if ra["t"] != OP or not ra.get("src") or kernel.get("src") != ra["src"]:
+        return False
+    short = base_op(ra["op"]).removeprefix("aten::")
+    fused = str(kernel.get("name", "")).partition("_fused_")[2]
+    return f"_{short}_" in f"_{fused}_"
+
+
 def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
     """Do the two records compute the same op (a kernel: the last op it fuses)?"""
     if ra["t"] == REGION or rb["t"] == REGION:
@@ -457,7 +489,7 @@ def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer
         return False  # the same op on other arguments, or on inputs of other shapes: other quantities
     if tier == SHAPE_TIER and not _same_op(ra, rb):
         if rb["t"] == KERNEL:
-            return False
+            return _kernel_named_for(rb, ra)
         substituted, compared_inputs = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name)
         return bool(compared_inputs) and not substituted
     return True
@@ -575,7 +607,10 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     if ra["t"] == OP:
                         walker.unknown(ra, candidate=True)  # the chain's last op is a candidate too
                     candidates = walker.walk_back(bad)
+                    tb = _out_pair(ra, rb, _worst(out_diffs))
                     result.first = ((not candidates and _made_only_in_b(ra, rb, out_diffs, walker, b_side))
+                                    or (candidates and _changed_after_its_pair(ra, rb, tb, _places(candidates),
+                                                                               out_diffs, walker, b_side))
                                     or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
                 walker.known(ra)
@@ -592,7 +627,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if mismatch:  # never claim agreement of inputs that could not be compared
                 note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
                         f"{Place.of(rb).op} (other shapes or dtypes)")
-                result.first = Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note)
+                result.first = (_changed_after_its_pair(ra, rb, _out_pair(ra, rb, worst), (Place.of(ra),), out_diffs,
+                                                        walker, b_side)
+                                or Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note))
             elif why is not None:
                 # Possibly ill-conditioned on noise below the tolerance: judged by whether it reaches a region's exit.
                 amplified.mark(_differing(ra, out_diffs), Amplifier(Place.of(ra), Place.of(rb), worst, why))
@@ -618,7 +655,10 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, b_side, by_name)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             elif candidates:
-                result.first = _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False)
+                _, tb = _input_pair(ra, rb, _worst(in_diffs), by_name)
+                result.first = (_changed_after_its_pair(ra, rb, tb, _places(candidates), out_diffs or in_diffs, walker,
+                                                        b_side)
+                                or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             else:
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
@@ -748,6 +788,42 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
             f"{seen.op} (#{seen.index}), and a view cannot change a value: B changes it with "
             f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not run")
     return Divergence(_kind(bad), a, changed.place, (a,), bad, False, note, observed=seen)
+
+
+def _out_pair(ra: dict, rb: dict, worst: TensorDiff) -> dict[str, Any] | None:
+    """B's output tensor compared with A's differing output `worst` (paired as the comparison pairs them)."""
+    return next((y for x, y in _pair_tensors(ra.get("out", []), rb.get("out", []), True) if x["a"] == worst.arg), None)
+
+
+def _places(candidates: list[_Produced]) -> tuple[Place, ...]:
+    return tuple(c.place for c in candidates)
+
+
+def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
+                            diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """A's walk back found candidates, but B made the differing value through a record only B runs
+    at the line of an op of A whose output agreed: B went on computing that op's value after the
+    record paired with it. A decomposition can hold the op's value before its last step (a fresh
+    layer norm's `x_hat * weight`, weight 1 and bias 0; an `mm` before a zero bias), so the pair
+    agreed while a change made after it (a pass's op, a wrong epilogue) reached `ra`. Name that op."""
+    if tb is None:
+        return None
+    lines = {c.source for c in candidates}
+    for made in b_side.walk_back(tb):  # oldest first: the first change on B's way to `ra`
+        if not made.only_b or made.moves or made.place.source in lines:
+            continue
+        a = walker.agreed_computing_at(made.place.source)
+        if a is None or a.index > candidates[0].index:
+            continue
+        seen = Place.of(ra)
+        note = (f"{a.op} (#{a.index}) agrees with the record of B paired with it, but B goes on computing at its "
+                f"line: it runs {made.describe()} (#{made.place.index}), which A does not, on its way to "
+                f"{seen.op} (#{seen.index}), where the difference shows; candidates: this op, then A's ops "
+                "without a counterpart after it")
+        worst = _worst(diffs)
+        return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
+                          observed=seen)
+    return None
 
 
 def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
