@@ -53,6 +53,15 @@ def test_one_candidate_needs_no_narrowing(tmp_path: Path) -> None:
     assert not needs_narrowing(_diverged(1), _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True))
 
 
+def test_a_region_output_that_differs_where_no_compared_value_did_is_narrowed(tmp_path: Path) -> None:
+    """H100, an MLP's first `mm` perturbed before a layer norm: fused kernels carry the change within
+    the tolerance at every compared value until the region's output; one kernel per op shows it."""
+    unseen = {"verdict": "diverged", "first_divergence": {"kind": "output", "op": "region exit Net.forward (call 0)",
+                                                          "index": 9, "source": None, "candidates": [{"index": 9}]}}
+    assert needs_narrowing(unseen, _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True))
+    assert not needs_narrowing(unseen, _trace(tmp_path / "c.jsonl", kernels=0, kernel_record=False))
+
+
 def test_a_footer_without_the_count_is_read_for_kernel_records(tmp_path: Path) -> None:
     assert runs_generated_kernels(_trace(tmp_path / "b.jsonl", kernels=None, kernel_record=True))
     assert not runs_generated_kernels(_trace(tmp_path / "c.jsonl", kernels=None, kernel_record=False))

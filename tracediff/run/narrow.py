@@ -54,10 +54,14 @@ def runs_generated_kernels(trace: Path) -> bool:
 
 
 def needs_narrowing(report: dict[str, Any], trace_b: Path) -> bool:
-    """A divergence localized to several ops, in a run whose compiled side ran generated kernels."""
+    """A divergence localized to several ops, or to no line at all (a region's output differs and every
+    value compared agreed: fused kernels kept the change unseen, within the tolerance at each), in a
+    run whose compiled side ran generated kernels."""
     first = report.get("first_divergence")
-    return (bool(first) and len(first.get("candidates") or []) > 1 and report["verdict"] == "diverged"
-            and runs_generated_kernels(trace_b))
+    if not first or report["verdict"] != "diverged":
+        return False
+    unplaced = first.get("kind") == "output" and first.get("source") is None
+    return (len(first.get("candidates") or []) > 1 or unplaced) and runs_generated_kernels(trace_b)
 
 
 @dataclass(frozen=True)
