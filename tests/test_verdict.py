@@ -709,3 +709,36 @@ def test_a_kernel_named_for_an_op_at_its_line_is_compared_with_it(tmp_path: Path
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
     assert (first["op"], first["source"]) == ("aten::addmm", "utils.py:119"), first
+
+
+def test_a_view_is_never_pinned_where_a_value_grew_from_below_the_tolerance(tmp_path: Path) -> None:
+    """H100, Llama with layer 0's `down_proj` perturbed, narrowed: the change stayed within the tolerance
+    through layer 1's RMSNorm `mul` (B's kernel agrees with it), and `k_proj`'s `mm` reads it through a
+    view of A; the view was pinned as "the only op" between agreeing values and the difference. A view
+    cannot change a value: the op that computed what it carries is named."""
+    h = torch.linspace(-1, 1, 64).reshape(2, 2, 16)
+    moved = h.clone().reshape(-1)
+    moved[[3, 40]] = moved[[40, 3]]  # the same sum, l1, l2 and max; another layout (the sketch sees it)
+    moved = moved.reshape(2, 2, 16)
+    w = torch.linspace(0.5, 1.5, 256).reshape(16, 16)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", h, "in0")])
+    a.op("aten::mul.Tensor", [t("x", h)], [t("h", h, "0")], src="llama.py:67", module="Net.norm")
+    a.op("aten::view", [t("h", h)], [t("hv", h.reshape(4, 16), "0", base="h")], src="llama.py:255")
+    a.op("aten::mm", [t("hv", h.reshape(4, 16), base="h"), t("w", w, "mat2")], [t("y", h.reshape(4, 16) @ w, "0")],
+         src="llama.py:255")
+    a.region("exit", [t("y", h.reshape(4, 16) @ w, "out0")])
+    t = b.tensor
+    b.region("enter", [t("x", h, "in0")])
+    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_mul_0", "src": "llama.py:67", "m": "Net.norm",
+                    "fuses": [{"op": "aten::mul.Tensor", "src": "llama.py:67"}], "in": [t("x", h, "in_ptr0")],
+                    "out": [t("h", moved, "out_ptr0")]})
+    b.seq += 1
+    b.op("aten::mm", [t("hv", moved.reshape(4, 16), base="h"), t("w", w, "mat2")],
+         [t("y", moved.reshape(4, 16) @ w, "0")], src="llama.py:255")
+    b.region("exit", [t("y", moved.reshape(4, 16) @ w, "out0")])
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged"
+    assert (first["op"], first["source"]) == ("aten::mul.Tensor", "llama.py:67"), first

@@ -239,6 +239,14 @@ class _Walker:
             return None
         return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)), None)
 
+    def agreed_maker(self, reads: tuple[Ref, ...]) -> Place | None:
+        """The record of A whose agreeing output is among `reads`, if one is."""
+        for ref in reads:
+            place = self.agreed.get(_resolve(ref, self.agreed, self.unknown_producers))
+            if place is not None:
+                return place
+        return None
+
     def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, _Produced] = {}
@@ -653,6 +661,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if candidates and all(c.moves for c in candidates):
                 # Views cannot change a value: if B changed it with records only B ran, name those.
                 result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, b_side, by_name)
+                                or _carried_by_views(ra, rb, candidates, out_diffs or in_diffs, walker)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             elif candidates:
                 _, tb = _input_pair(ra, rb, _worst(in_diffs), by_name)
@@ -788,6 +797,24 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
             f"{seen.op} (#{seen.index}), and a view cannot change a value: B changes it with "
             f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not run")
     return Divergence(_kind(bad), a, changed.place, (a,), bad, False, note, observed=seen)
+
+
+def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[TensorDiff],
+                      walker: _Walker) -> Divergence | None:
+    """Only views of A stand between a value that agreed within the tolerance and `ra`, where it
+    differs beyond it, and B made it with no record of its own. A view cannot change a value: the
+    difference grew from below the tolerance. Name the op that computed the value the views carry."""
+    maker = next((m for m in (walker.agreed_maker(v.reads) for v in views) if m is not None), None)
+    if maker is None or only_moves(maker.op):
+        return None
+    seen = Place.of(ra)
+    note = (f"only views of A ({', '.join(v.place.op for v in views)}) stand between {maker.op} (#{maker.index}), "
+            f"whose output agreed within the tolerance, and {seen.op} (#{seen.index}), where the difference "
+            "shows; a view cannot change a value: it grew from a difference below the tolerance, made there "
+            "or before it")
+    worst = _worst(diffs)
+    return Divergence(_kind(worst), maker, Place.of(rb), (maker, *(v.place for v in views)), worst, False, note,
+                      observed=seen)
 
 
 def _out_pair(ra: dict, rb: dict, worst: TensorDiff) -> dict[str, Any] | None:
