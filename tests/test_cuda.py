@@ -169,9 +169,10 @@ def test_fingerprint_kernel_is_launched_directly_after_the_first_time() -> None:
     from unittest import mock
 
     from tracediff.record import fingerprint_kernel
+    from tracediff.record.device_fingerprints import _STATS
 
     launcher = fingerprint_kernel.Launcher()
-    out = torch.zeros((4, 8, 6), dtype=torch.float64, device="cuda")
+    out = torch.zeros((4, 8, _STATS), dtype=torch.float64, device="cuda")  # a row per tensor, as the recorder's
     x = torch.randn(5000, device="cuda")
     launcher(x, out, 0)
     with mock.patch.object(fingerprint_kernel, "_partial_stats") as jit:
