@@ -742,3 +742,49 @@ def test_a_view_is_never_pinned_where_a_value_grew_from_below_the_tolerance(tmp_
     first = report["first_divergence"]
     assert report["verdict"] == "diverged"
     assert (first["op"], first["source"]) == ("aten::mul.Tensor", "llama.py:67"), first
+
+
+def test_an_op_pairs_with_the_last_kernel_named_for_it_at_its_line(tmp_path: Path) -> None:
+    """H100, an MLP's `fc1` mm perturbed, one kernel per op: B runs an extern `mm`, the pass's `mul` and
+    the bias `add` (both named for the `addmm`), then GELU as five kernels, all at one line with one
+    shape. Paired on shapes from the gap's end, A's `addmm` met a GELU kernel and the layer norm was
+    blamed. A's op pairs with the last kernel named for it."""
+    x, w = torch.linspace(-1, 1, 64).reshape(4, 16), torch.linspace(0.5, 1.5, 256).reshape(16, 16)
+    bias = torch.linspace(0.1, 0.3, 16)
+    y = torch.addmm(bias, x, w)
+    g = torch.nn.functional.gelu(y)
+    ln = torch.nn.functional.layer_norm(g, (16,))
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", x, "in0")])
+    a.op("aten::addmm", [t("bias", bias), t("x", x, "mat1"), t("w", w, "mat2")], [t("y", y, "0")], src="mlp.py:33")
+    a.op("aten::gelu", [t("y", y)], [t("g", g, "0")], src="mlp.py:33")
+    a.op("aten::native_layer_norm", [t("g", g, "input")], [t("ln", ln, "0")], src="mlp.py:34")
+    a.region("exit", [t("ln", ln, "out0")])
+    t = b.tensor
+    b.region("enter", [t("x", x, "in0")])
+    b.op("aten::mm.out", [t("x", x), t("w", w, "mat2")], [t("m", x @ w, "0")], src="mlp.py:33")
+    yb = x @ w * 1.01 + bias
+    gb = torch.nn.functional.gelu(yb)
+    steps = [("triton_poi_fused_addmm_0", "m", "p", x @ w * 1.01), ("triton_poi_fused_addmm_1", "p", "y", yb),
+             ("triton_poi_fused_gelu_2", "y", "g0", yb * 0.5), ("triton_poi_fused_gelu_3", "g0", "g1", yb * 0.7),
+             ("triton_poi_fused_gelu_4", "g1", "g", gb)]
+    values = {"m": x @ w}
+    for name, source, out, value in steps:
+        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "mlp.py:33", "m": "Net",
+                        "fuses": [{"op": "aten::mul.Tensor", "src": "mlp.py:33"}],
+                        "in": [t(source, values[source], "in_ptr0")], "out": [t(out, value, "out_ptr0")]})
+        values[out] = value
+        b.seq += 1
+    lnb = torch.nn.functional.layer_norm(gb, (16,))
+    centered = gb - gb.mean(-1, keepdim=True)
+    for name, inputs, out, value in [("triton_poi_fused_native_layer_norm_5", [("g", gb)], "c", centered),
+                                     ("triton_poi_fused_native_layer_norm_6", [("c", centered)], "ln", lnb)]:
+        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "mlp.py:34", "m": "Net",
+                        "fuses": [{"op": "aten::mul.Tensor", "src": "mlp.py:34"}],
+                        "in": [t(n, v, f"in_ptr{k}") for k, (n, v) in enumerate(inputs)], "out": [t(out, value, "out_ptr0")]})
+        b.seq += 1
+    b.region("exit", [t("ln", lnb, "out0")])
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert (first["op"], first["source"]) == ("aten::addmm", "mlp.py:33"), first

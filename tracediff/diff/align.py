@@ -12,7 +12,9 @@ Three tiers, each refining the gaps the previous one left:
    many same-shape ops in another order than eager autograd;
 2. inside each gap, op family + output shapes, at the same source line where
    both are known: where values differ, the op that should have computed the
-   same thing;
+   same thing; then an op and a kernel named for it (inductor names kernels
+   after the aten ops they came from) at the same line with the same shapes,
+   the last such kernel of the gap;
 3. inside what remains, output shapes alone: ops that stand in the same place
    with the same shapes but compute differently, which is where a wrong
    decomposition (`cos` computed as `sin`) shows. This is weak evidence, so
@@ -61,6 +63,23 @@ def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int,
     return sorted(pairs + refined)
 
 
+def _last_named(pairs: Pairs, a: Skeleton, b: Skeleton) -> Pairs:
+    """Inside each gap, from its end: each record of A with a named key pairs with the last
+    unpaired record of B before the previous such pair that has the same key."""
+    named: Pairs = []
+    for a0, a1, b0, b1 in _gaps(pairs, len(a), len(b)):
+        j_end = b1
+        for i in range(a1 - 1, a0 - 1, -1):
+            key = a.named[i]
+            if not key:
+                continue
+            j = next((j for j in range(j_end - 1, b0 - 1, -1) if b.named[j] == key), None)
+            if j is not None:
+                named.append((i, j))
+                j_end = j
+    return sorted(pairs + named)
+
+
 def _sources_differ(a: Skeleton, b: Skeleton, i: int, j: int) -> bool:
     return bool(a.source[i]) and bool(b.source[j]) and a.source[i] != b.source[j]
 
@@ -97,6 +116,12 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     # thing": a kernel ending in a layer norm's bias `add` must not pair with the residual `add` before it.
     pairs = [(i, j) for i, j in _refine(pairs, len(a), len(b), primary_keys)
              if tier[i] == VALUE_TIER or not _sources_differ(a, b, i, j)]
+    for i, _ in pairs:
+        tier[i] = tier[i] or OP_TIER
+
+    # A kernel named for A's op at its line writes that op's value; where several are (one kernel
+    # per op: the pass's op and the bias `add` both come from the `addmm`), the last one does.
+    pairs = _last_named(pairs, a, b)
     for i, _ in pairs:
         tier[i] = tier[i] or OP_TIER
     shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys, from_end=True)) - set(pairs)

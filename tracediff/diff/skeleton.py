@@ -60,6 +60,24 @@ def _stable_sum(fp: dict[str, Any]) -> float:
     return 0.0 if abs(fp["sum"]) <= _CANCELLED_SUM * fp["l1"] else _round(fp["sum"])
 
 
+def kernel_origin(name: str) -> str | None:
+    """The aten ops a generated kernel is named after (inductor names a kernel for the ops its nodes
+    came from before decomposition, sorted): `triton_poi_fused_addmm_1` -> `addmm`,
+    `cpp_fused_add_native_layer_norm_3` -> `add_native_layer_norm`; None for other names."""
+    fused = name.partition("_fused_")[2]
+    return fused.rstrip("0123456789").rstrip("_") or None
+
+
+def named_key(record: dict[str, Any]) -> int:
+    """A key pairing an op with a kernel named for it, at the same source line and output shapes
+    (eager `addmm` and the kernel adding its bias after an extern `mm`); 0 where there is none."""
+    src = record.get("src")
+    if not src or record["t"] == REGION:
+        return 0
+    name = kernel_origin(str(record.get("name", ""))) if record["t"] == KERNEL else base_op(record["op"]).removeprefix("aten::")
+    return hash(("named", src, name, _signature(record.get("out") or []))) if name else 0
+
+
 def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None]:
     """(primary, signature, value, fine value) hashes of one alignable record.
 
@@ -100,6 +118,7 @@ class Skeleton:
     signature: array = field(default_factory=lambda: array("q"))
     value: array = field(default_factory=lambda: array("q"))
     fine_value: array = field(default_factory=lambda: array("q"))
+    named: array = field(default_factory=lambda: array("q"))  # named_key, 0 for none
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
     is_region: bytearray = field(default_factory=bytearray)
@@ -130,6 +149,7 @@ def build_skeleton(path: str | Path) -> Skeleton:
         skeleton.value.append(value if value is not None else 0)
         skeleton.fine_value.append(fine if fine is not None else 0)
         skeleton.has_value.append(value is not None)
+        skeleton.named.append(named_key(record))
         src = record.get("src")
         skeleton.source.append(hash(src) if src else 0)
     skeleton.footer = trace.footer
