@@ -55,6 +55,10 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEDIFF_PLANT")}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
                TORCHINDUCTOR_COMPILE_THREADS="1", OMP_NUM_THREADS="1", **extra)  # jobs run side by side
+    if "TRACEDIFF_PLANT" in extra or "TRACEDIFF_PLANT_LIST" in extra:
+        # The pass must run: a graph from inductor's caches (an earlier benchmark's, same fault) skips it,
+        # and with it the listing and the record that the fault was planted.
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     return env
 
 
