@@ -788,3 +788,33 @@ def test_an_op_pairs_with_the_last_kernel_named_for_it_at_its_line(tmp_path: Pat
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
     assert (first["op"], first["source"]) == ("aten::addmm", "mlp.py:33"), first
+
+
+def test_a_change_inside_an_ops_decomposition_names_that_op(tmp_path: Path) -> None:
+    """CPU, Llama's SiLU perturbed, one kernel per op: B's `1 + exp(-x)` kernel (the pass's change) is
+    read by the kernel paired with A's `silu`, whose inputs were compared with A's by position: they
+    differ, and behind A's only views stand. B changed the value at `silu`'s own line: name `silu`,
+    not the view, nor the `mm` whose value the view carries."""
+    g = torch.linspace(-2, 2, 64).reshape(4, 16)
+    denominator = (1 + torch.exp(-g)) * 1.01
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", g, "in0")])
+    a.op("aten::mm", [t("x", g)], [t("g", g, "0")], src="llama.py:164")
+    a.op("aten::_unsafe_view", [t("g", g)], [t("gv", g, "0", base="g")], src="llama.py:164")
+    a.op("aten::silu", [t("gv", g, base="g")], [t("s", torch.nn.functional.silu(g), "0")], src="act.py:103")
+    a.region("exit", [t("s", torch.nn.functional.silu(g), "out0")])
+    t = b.tensor
+    b.region("enter", [t("x", g, "in0")])
+    b.op("aten::mm", [t("x", g)], [t("g", g, "0")], src="llama.py:164")
+    for name, inputs, out, value, op in [("cpp_fused_silu_27", [("g", g)], "e", denominator, "aten::add.Tensor"),
+                                         ("cpp_fused_silu_28", [("e", denominator), ("g", g)], "s", g / denominator,
+                                          "aten::div.Tensor")]:
+        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "act.py:103", "m": "Net",
+                        "fuses": [{"op": op, "src": "act.py:103"}],
+                        "in": [t(n, v, f"in_ptr{k}") for k, (n, v) in enumerate(inputs)], "out": [t(out, value, "out_ptr0")]})
+        b.seq += 1
+    b.region("exit", [t("s", g / denominator, "out0")])
+    report = _report(a.close(), b.close())
+    first = report["first_divergence"]
+    assert (first["op"], first["source"]) == ("aten::silu", "act.py:103"), first

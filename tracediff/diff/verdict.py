@@ -45,7 +45,7 @@ from tracediff.diff.noise import Noise
 from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
-from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op
+from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op, kernel_origin
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -321,8 +321,8 @@ class _BSide:
     def _note_read(self, t: dict[str, Any]) -> None:
         """A tensor read that no record made (inductor's `reinterpret_tensor` of a kernel's buffer,
         passed to an extern `mm`): remember whose content it holds, for the walk back."""
-        if t.get("fp") is None or _resolve(_ref(t), self.producers) in self.producers:
-            return
+        if t.get("fp") is None or _key(t) in self.read_as or _resolve(_ref(t), self.producers) in self.producers:
+            return  # the first read is the one closest to the write (a later one may find its own copy)
         content = _content(t)
         if content is not None and content in self.by_content:
             _put_bounded(self.read_as, _key(t), self.by_content[content][0])
@@ -458,8 +458,7 @@ def _kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
     if ra["t"] != OP or not ra.get("src") or kernel.get("src") != ra["src"]:
         return False
     short = base_op(ra["op"]).removeprefix("aten::")
-    fused = str(kernel.get("name", "")).partition("_fused_")[2]
-    return f"_{short}_" in f"_{fused}_"
+    return f"_{short}_" in f"_{kernel_origin(str(kernel.get('name', ''))) or ''}_"
 
 
 def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
@@ -661,7 +660,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if candidates and all(c.moves for c in candidates):
                 # Views cannot change a value: if B changed it with records only B ran, name those.
                 result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, b_side, by_name)
-                                or _carried_by_views(ra, rb, candidates, out_diffs or in_diffs, walker)
+                                or _carried_by_views(ra, rb, candidates, out_diffs or in_diffs, walker,
+                                                     b_side.walk_back(tb) if (tb := _input_pair(ra, rb, _worst(in_diffs), by_name)[1]) else [])
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             elif candidates:
                 _, tb = _input_pair(ra, rb, _worst(in_diffs), by_name)
@@ -790,6 +790,10 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
         return None
     changed = computing[-1]
     a = walker.counterpart(changed.op, changed.place.source) or walker.computing_at(changed.place.source)
+    if a is None and changed.place.source is not None and changed.place.source == ra.get("src"):
+        # B changed it at `ra`'s own line: inside `ra`'s decomposition (a kernel of SiLU's `1 + exp(-x)`,
+        # read by the kernel paired with A's `silu`), so `ra` itself computes differently.
+        a = Place.of(ra)
     if a is None:
         return None
     seen = Place.of(ra)
@@ -799,11 +803,16 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
     return Divergence(_kind(bad), a, changed.place, (a,), bad, False, note, observed=seen)
 
 
-def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[TensorDiff],
-                      walker: _Walker) -> Divergence | None:
+def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[TensorDiff], walker: _Walker,
+                      made_in_b: list[_Made]) -> Divergence | None:
     """Only views of A stand between a value that agreed within the tolerance and `ra`, where it
-    differs beyond it, and B made it with no record of its own. A view cannot change a value: the
-    difference grew from below the tolerance. Name the op that computed the value the views carry."""
+    differs beyond it, and B made it with no record of its own (`made_in_b`: B's walk back from the
+    input it read). A view cannot change a value: the difference grew from below the tolerance. Name
+    the op that computed the value the views carry. Not when B computed its input with records of
+    its own: then B's record read another quantity (a kernel of a decomposition reads the step before
+    it, not A's input), and the comparison of inputs says nothing."""
+    if any(m.only_b and not m.moves for m in made_in_b):
+        return None
     maker = next((m for m in (walker.agreed_maker(v.reads) for v in views) if m is not None), None)
     if maker is None or only_moves(maker.op):
         return None
