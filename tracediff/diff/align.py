@@ -30,6 +30,7 @@ whole is too. Pairs are monotone in both traces.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from typing import Callable, Sequence
 
 from tracediff.diff.sequence import align_sequences
@@ -65,18 +66,20 @@ def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int,
 
 def _last_named(pairs: Pairs, a: Skeleton, b: Skeleton) -> Pairs:
     """Inside each gap, from its end: each record of A with a named key pairs with the last
-    unpaired record of B before the previous such pair that has the same key."""
+    record of B before the previous such pair that has the same key."""
     named: Pairs = []
     for a0, a1, b0, b1 in _gaps(pairs, len(a), len(b)):
+        positions: dict[int, list[int]] = {}  # key -> B's positions in the gap, ascending
+        for j in range(b0, b1):
+            if b.named[j]:
+                positions.setdefault(b.named[j], []).append(j)
         j_end = b1
         for i in range(a1 - 1, a0 - 1, -1):
-            key = a.named[i]
-            if not key:
-                continue
-            j = next((j for j in range(j_end - 1, b0 - 1, -1) if b.named[j] == key), None)
-            if j is not None:
-                named.append((i, j))
-                j_end = j
+            found = positions.get(a.named[i], []) if a.named[i] else []
+            k = bisect_left(found, j_end)  # B's records with the key before j_end: the last of them
+            if k:
+                j_end = found[k - 1]
+                named.append((i, j_end))
     return sorted(pairs + named)
 
 
