@@ -68,29 +68,30 @@ def kernel_origin(name: str) -> str | None:
     return fused.rstrip("0123456789").rstrip("_") or None
 
 
-def named_key(record: dict[str, Any]) -> int:
+def _named_key(record: dict[str, Any], signature: tuple) -> int:
     """A key pairing an op with a kernel named for it, at the same source line and output shapes
     (eager `addmm` and the kernel adding its bias after an extern `mm`); 0 where there is none."""
     src = record.get("src")
-    if not src or record["t"] == REGION:
+    if not src:
         return 0
     name = kernel_origin(str(record.get("name", ""))) if record["t"] == KERNEL else base_op(record["op"]).removeprefix("aten::")
-    return hash(("named", src, name, _signature(record.get("out") or []))) if name else 0
+    return hash(("named", src, name, signature)) if name else 0
 
 
-def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None]:
-    """(primary, signature, value, fine value) hashes of one alignable record.
+def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None, int]:
+    """(primary, signature, value, fine value, named) hashes of one alignable record.
 
     primary: op family and output shapes; signature: output shapes only;
     value: the first output's rounded fingerprint, None when there is no
     value to match on; fine value: the same with its rounded max, which tells
     apart values whose sums cancel and whose l1 round alike (a residual add
-    and the layer norm of it). A region's keys are its identity.
+    and the layer norm of it); named: see `_named_key`. A region's keys are
+    its identity (named: 0, none).
     """
     kind = record["t"]
     if kind == REGION:
         identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
-        return identity, identity, identity, identity
+        return identity, identity, identity, identity, 0
     outs = record.get("out") or []
     signature = _signature(outs)
     # A kernel is keyed like the last op of its fused chain, whose value it writes.
@@ -103,7 +104,7 @@ def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None]:
             content = (t["dt"], tuple(t["sh"]), _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"])
             value, fine = hash(content), hash((*content, _round(fp.get("max", 0.0))))
             break
-    return primary, hash(("sig", signature)), value, fine
+    return primary, hash(("sig", signature)), value, fine, _named_key(record, signature)
 
 
 @dataclass
@@ -118,7 +119,7 @@ class Skeleton:
     signature: array = field(default_factory=lambda: array("q"))
     value: array = field(default_factory=lambda: array("q"))
     fine_value: array = field(default_factory=lambda: array("q"))
-    named: array = field(default_factory=lambda: array("q"))  # named_key, 0 for none
+    named: array = field(default_factory=lambda: array("q"))  # keys_of's named key, 0 for none
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
     is_region: bytearray = field(default_factory=bytearray)
@@ -143,13 +144,13 @@ def build_skeleton(path: str | Path) -> Skeleton:
         if not alignable(record):
             continue
         skeleton.is_region.append(record["t"] == REGION)
-        primary, signature, value, fine = keys_of(record)
+        primary, signature, value, fine, named = keys_of(record)
         skeleton.primary.append(primary)
         skeleton.signature.append(signature)
         skeleton.value.append(value if value is not None else 0)
         skeleton.fine_value.append(fine if fine is not None else 0)
         skeleton.has_value.append(value is not None)
-        skeleton.named.append(named_key(record))
+        skeleton.named.append(named)
         src = record.get("src")
         skeleton.source.append(hash(src) if src else 0)
     skeleton.footer = trace.footer

@@ -657,14 +657,14 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 walker.unknown(ra, candidate=True)
                 continue
             candidates = walker.walk_back(bad)
+            _, tb = _input_pair(ra, rb, _worst(in_diffs), by_name)
             if candidates and all(c.moves for c in candidates):
                 # Views cannot change a value: if B changed it with records only B ran, name those.
-                result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, b_side, by_name)
-                                or _carried_by_views(ra, rb, candidates, out_diffs or in_diffs, walker,
-                                                     b_side.walk_back(tb) if (tb := _input_pair(ra, rb, _worst(in_diffs), by_name)[1]) else [])
+                made_in_b = b_side.walk_back(tb) if tb is not None else []
+                result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, made_in_b)
+                                or _carried_by_views(ra, rb, candidates, out_diffs or in_diffs, walker, made_in_b)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             elif candidates:
-                _, tb = _input_pair(ra, rb, _worst(in_diffs), by_name)
                 result.first = (_changed_after_its_pair(ra, rb, tb, _places(candidates), out_diffs or in_diffs, walker,
                                                         b_side)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
@@ -775,17 +775,17 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
 
 
 def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], views: list[_Produced], walker: _Walker,
-                            b_side: _BSide, by_name: bool) -> Divergence | None:
+                            made_in_b: list[_Made]) -> Divergence | None:
     """An input differs and only views of A stand between it and values that agree.
 
     A view cannot change a value, so B changed it, with records only B ran (a
     compiler pass's op or a kernel after the last paired one: GPT-2's `ln_f`
     output scaled by a kernel of its own, read by `lm_head` through views).
     Name the last of them that computes, at A's op of the same line.
+    `made_in_b`: B's walk back from the input its record read.
     """
     bad = _worst(in_diffs)
-    _, tb = _input_pair(ra, rb, bad, by_name)
-    computing = [m for m in b_side.walk_back(tb) if not m.moves] if tb is not None else []
+    computing = [m for m in made_in_b if not m.moves]
     if not computing:
         return None
     changed = computing[-1]
