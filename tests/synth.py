@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -37,6 +37,14 @@ class TraceBuilder:
                            "in": inputs, "out": outputs, **extra})
         self.seq += 1
         return index
+
+    def kernel(self, name: str, inputs: list[dict], outputs: list[dict], src: str | None = "model.py:1",
+               fuses: Sequence[str | dict] = ("aten::mul.Tensor",), module: str = "Net") -> None:
+        """A generated kernel's launch; `fuses`: its ops, each an op name (at `src`) or a whole fused-op dict."""
+        self.writer.write({"t": "kernel", "i": self.seq, "name": name, "src": src, "m": module,
+                           "fuses": [f if isinstance(f, dict) else {"op": f, "src": src} for f in fuses],
+                           "in": inputs, "out": outputs})
+        self.seq += 1
 
     def region(self, ev: str, tensors: list[dict], call: int = 0) -> None:
         key = "in" if ev == "enter" else "out"

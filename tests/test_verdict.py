@@ -150,11 +150,8 @@ def test_bias_epilogue_fused_into_a_kernel_is_no_divergence(tmp_path: Path) -> N
     mm = X @ W
     b.op("aten::mm.out", [b.tensor("x", X), b.tensor("W", W, "mat2"), b.tensor("buf", mm, "out", fp=None)],
          [b.tensor("buf", mm, "0")], src="m.py:3")
-    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_add_relu_0", "src": "m.py:3", "m": "Net",
-                    "fuses": [{"op": "aten::add.Tensor", "src": "m.py:3"}, {"op": "aten::relu", "src": "m.py:3"}],
-                    "in": [b.tensor("buf", mm, "in_out_ptr0"), b.tensor("bias", bias, "in_ptr0")],
-                    "out": [b.tensor("buf2", out.relu(), "in_out_ptr0")]})
-    b.seq += 1
+    b.kernel("triton_poi_fused_add_relu_0", [b.tensor("buf", mm, "in_out_ptr0"), b.tensor("bias", bias, "in_ptr0")],
+             [b.tensor("buf2", out.relu(), "in_out_ptr0")], src="m.py:3", fuses=["aten::add.Tensor", "aten::relu"])
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
 
@@ -370,10 +367,8 @@ def _last_op_region(builder: TraceBuilder, extra: str | None) -> None:
         builder.op("aten::mul.Tensor", [t("h", h)], [t("h2", h * 1.01, "0")], src="m.py:10", module="Net.fc")
         out = t("h2", h * 1.01, "out0")
     elif extra == "kernel":
-        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "cpp_fused_mm_2", "src": "m.py:10",
-                              "m": "Net.fc", "fuses": [{"op": "aten::mul.Tensor", "src": "m.py:10"}],
-                              "in": [t("h", h, "in_out_ptr0")], "out": [t("h", h * 1.01, "in_out_ptr0", v=1)]})
-        builder.seq += 1
+        builder.kernel("cpp_fused_mm_2", [t("h", h, "in_out_ptr0")], [t("h", h * 1.01, "in_out_ptr0", v=1)],
+                       src="m.py:10", module="Net.fc")
         out = t("h", h * 1.01, "out0", v=1)
     builder.region("exit", [out])
 
@@ -391,9 +386,7 @@ def test_an_op_only_b_runs_after_the_last_paired_op_of_a_region_is_named(tmp_pat
 
 
 def _kernel(builder: TraceBuilder, name: str, fuses: list[str], inputs: list[dict], outputs: list[dict]) -> None:
-    builder.writer.write({"t": "kernel", "i": builder.seq, "name": name, "src": "m.py:21", "m": "Net",
-                          "fuses": [{"op": op, "src": "m.py:21"} for op in fuses], "in": inputs, "out": outputs})
-    builder.seq += 1
+    builder.kernel(name, inputs, outputs, src="m.py:21", fuses=fuses)
 
 
 def test_a_write_through_a_view_is_a_new_value_of_its_base(tmp_path: Path) -> None:
@@ -456,10 +449,8 @@ def test_a_kernel_buffer_is_compared_without_its_order_dependent_sketch(tmp_path
     a.op("aten::relu", [a.tensor("x", x)], [a.tensor("r", x.relu(), "0")], src="m.py:3")
     a.op("aten::add.Tensor", [a.tensor("r", x.relu()), a.tensor("x", x, "other")], [a.tensor("y", relu, "0")],
          src="m.py:3")
-    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_add_relu_0", "src": "m.py:3", "m": "Net",
-                    "fuses": [{"op": "aten::relu", "src": "m.py:3"}, {"op": "aten::add.Tensor", "src": "m.py:3"}],
-                    "in": [b.tensor("x", x, "in_ptr0")], "out": [b.tensor("buf", written, "out_ptr0")]})
-    b.seq += 1
+    b.kernel("triton_poi_fused_add_relu_0", [b.tensor("x", x, "in_ptr0")], [b.tensor("buf", written, "out_ptr0")],
+             src="m.py:3", fuses=["aten::relu", "aten::add.Tensor"])
     assert _report(a.close(), b.close())["verdict"] == "match"
     c = TraceBuilder(tmp_path / "c.jsonl", "aot_eager")  # the same permutation as an op's output: a difference
     c.op("aten::relu", [c.tensor("x", x)], [c.tensor("r", x.relu(), "0")], src="m.py:3")
@@ -476,12 +467,10 @@ def test_pairs_crossed_after_unpaired_kernels_are_no_divergence(tmp_path: Path) 
     _crossed_gradients(a, gk, gv, k_first=True)
     noise = 1 + 1e-7 * torch.linspace(-1, 1, gk.numel()).reshape(gk.shape)
     for name, value in (("gv", gv * noise), ("gk", gk * noise)):  # B: kernels, v first, three outputs each
-        b.writer.write({"t": "kernel", "i": b.seq, "name": f"triton_poi_fused_{name}", "src": None, "m": "Net",
-                        "fuses": [{"op": "aten::mul.Tensor", "src": None}, {"op": "aten::exp", "src": None}],
-                        "in": [], "out": [b.tensor(name, value, "out_ptr0"),
-                                          b.tensor(name + "_x", value.exp(), "out_ptr1"),
-                                          b.tensor(name + "_y", value.cos(), "out_ptr2")]})
-        b.seq += 1
+        b.kernel(f"triton_poi_fused_{name}", [], [b.tensor(name, value, "out_ptr0"),
+                                                  b.tensor(name + "_x", value.exp(), "out_ptr1"),
+                                                  b.tensor(name + "_y", value.cos(), "out_ptr2")],
+                 src=None, fuses=["aten::mul.Tensor", "aten::exp"])
     for name, value in (("gv", gv * noise), ("gk", gk * noise)):
         b.op("aten::slice.Tensor", [b.tensor(name, value)], [b.tensor(name + "_s", value, "0")], src=None)
     b.op("aten::add.Tensor", [b.tensor("gk_s", gk * noise), b.tensor("gv_s", gv * noise, "other")],
@@ -505,14 +494,10 @@ def _embedding_then_layer_norm(builder: TraceBuilder, fused_noise: torch.Tensor 
         builder.op("aten::native_layer_norm", [t("h", h, "input")], [t("ln", ln, "0")], src="gpt2.py:273")
     else:
         ln = ln * fused_noise
-        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "triton_per_fused_add_native_layer_norm_0",
-                              "src": "gpt2.py:273", "m": "Net",
-                              "fuses": [{"op": "aten::add.Tensor", "src": "gpt2.py:577"},
-                                        {"op": "aten::var_mean.correction", "src": "gpt2.py:273"},
-                                        {"op": "aten::add.Tensor", "src": "gpt2.py:273"}],
-                              "in": [t("tok", tok, "in_ptr0"), t("pos", pos, "in_ptr1")],
-                              "out": [t("ln", ln, "out_ptr2")]})
-        builder.seq += 1
+        builder.kernel("triton_per_fused_add_native_layer_norm_0", [t("tok", tok, "in_ptr0"), t("pos", pos, "in_ptr1")],
+                       [t("ln", ln, "out_ptr2")], src="gpt2.py:273",
+                       fuses=[{"op": "aten::add.Tensor", "src": "gpt2.py:577"}, "aten::var_mean.correction",
+                              "aten::add.Tensor"])
     out = ln @ w
     builder.op("aten::mm", [t("ln", ln), t("w", w, "mat2")], [t("out", out, "0")], src="gpt2.py:280")
     builder.region("exit", [t("out", out, "out0")])
@@ -572,9 +557,7 @@ def test_a_change_made_by_a_kernel_only_b_runs_is_not_blamed_on_a_view(tmp_path:
             ("triton_per_fused_native_layer_norm_8", ["aten::var_mean.correction", "aten::add.Tensor"],
              [t("x", x, "in_ptr0")], t("ln", ln, "out_ptr0")),
             ("triton_poi_fused_mul_9", ["aten::mul.Tensor"], [t("ln", ln, "in_ptr0")], t("ln2", ln * 1.01, "out_ptr0"))):
-        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "gpt2.py:619", "m": "Net.ln_f",
-                        "fuses": [{"op": op, "src": "gpt2.py:619"} for op in fuses], "in": inputs, "out": [out]})
-        b.seq += 1
+        b.kernel(name, inputs, [out], src="gpt2.py:619", fuses=fuses, module="Net.ln_f")
     y2 = (ln * 1.01).reshape(4, 16) @ w
     b.op("aten::mm.out", [t("ln2r", (ln * 1.01).reshape(4, 16)), t("w", w, "mat2")], [t("y", y2, "0")],
          src="gpt2.py:697", module="Net.lm_head")
@@ -602,14 +585,10 @@ def _post_layer_norm(builder: TraceBuilder, fused_noise: torch.Tensor | None = N
                    module="Net.output.LayerNorm")
     else:
         ln = ln * fused_noise
-        builder.writer.write({"t": "kernel", "i": builder.seq, "name": "triton_per_fused_add_native_layer_norm_6",
-                              "src": "bert.py:350", "m": "Net.output.LayerNorm",
-                              "fuses": [{"op": "aten::add.Tensor", "src": "bert.py:350"},
-                                        {"op": "aten::var_mean.correction", "src": "bert.py:350"},
-                                        {"op": "aten::add.Tensor", "src": "bert.py:350"}],
-                              "in": [t("dense", dense, "in_out_ptr0"), t("res", residual, "in_ptr1")],
-                              "out": [t("ln", ln, "in_out_ptr0")]})
-        builder.seq += 1
+        builder.kernel("triton_per_fused_add_native_layer_norm_6", [t("dense", dense, "in_out_ptr0"),
+                       t("res", residual, "in_ptr1")], [t("ln", ln, "in_out_ptr0")], src="bert.py:350",
+                       fuses=["aten::add.Tensor", "aten::var_mean.correction", "aten::add.Tensor"],
+                       module="Net.output.LayerNorm")
     builder.region("exit", [t("ln", ln, "out0")])
 
 
@@ -651,9 +630,7 @@ def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(t
     a.region("exit", [t("y", ln @ w, "out0")])
 
     def kernel(name: str, inputs: list[dict], out: dict, src: str) -> None:
-        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": src, "m": "Net",
-                        "fuses": [{"op": "aten::mul.Tensor", "src": src}], "in": inputs, "out": [out]})
-        b.seq += 1
+        b.kernel(name, inputs, [out], src=src)
 
     t = b.tensor
     b.region("enter", [t("x", x, "in0")])
@@ -700,11 +677,9 @@ def test_a_kernel_named_for_an_op_at_its_line_is_compared_with_it(tmp_path: Path
             ("triton_poi_fused_addmm_1", "utils.py:119", "aten::add.Tensor", ["m", "bias"], "y", y * 1.002),
             ("triton_poi_fused_mul_view_2", "act.py:66", "aten::mul.Tensor", ["y"], "z", y * 1.002 * 0.5)]:
         values = {"m": x @ w, "bias": bias, "y": y * 1.002}
-        fuses = [{"op": "aten::reshape", "src": src}] * (op == "aten::mul.Tensor") + [{"op": op, "src": src}]
-        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": src, "m": "Net", "fuses": fuses,
-                        "in": [t(n, values[n], f"in_ptr{k}") for k, n in enumerate(inputs)],
-                        "out": [t(out, value, "out_ptr0")]})
-        b.seq += 1
+        fuses = ["aten::reshape"] * (op == "aten::mul.Tensor") + [op]
+        b.kernel(name, [t(n, values[n], f"in_ptr{k}") for k, n in enumerate(inputs)], [t(out, value, "out_ptr0")],
+                 src=src, fuses=fuses)
     b.region("exit", [t("z", y * 1.002 * 0.5, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
@@ -731,10 +706,8 @@ def test_a_view_is_never_pinned_where_a_value_grew_from_below_the_tolerance(tmp_
     a.region("exit", [t("y", h.reshape(4, 16) @ w, "out0")])
     t = b.tensor
     b.region("enter", [t("x", h, "in0")])
-    b.writer.write({"t": "kernel", "i": b.seq, "name": "triton_poi_fused_mul_0", "src": "llama.py:67", "m": "Net.norm",
-                    "fuses": [{"op": "aten::mul.Tensor", "src": "llama.py:67"}], "in": [t("x", h, "in_ptr0")],
-                    "out": [t("h", moved, "out_ptr0")]})
-    b.seq += 1
+    b.kernel("triton_poi_fused_mul_0", [t("x", h, "in_ptr0")], [t("h", moved, "out_ptr0")], src="llama.py:67",
+             module="Net.norm")
     b.op("aten::mm", [t("hv", moved.reshape(4, 16), base="h"), t("w", w, "mat2")],
          [t("y", moved.reshape(4, 16) @ w, "0")], src="llama.py:255")
     b.region("exit", [t("y", moved.reshape(4, 16) @ w, "out0")])
@@ -771,19 +744,14 @@ def test_an_op_pairs_with_the_last_kernel_named_for_it_at_its_line(tmp_path: Pat
              ("triton_poi_fused_gelu_4", "g1", "g", gb)]
     values = {"m": x @ w}
     for name, source, out, value in steps:
-        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "mlp.py:33", "m": "Net",
-                        "fuses": [{"op": "aten::mul.Tensor", "src": "mlp.py:33"}],
-                        "in": [t(source, values[source], "in_ptr0")], "out": [t(out, value, "out_ptr0")]})
+        b.kernel(name, [t(source, values[source], "in_ptr0")], [t(out, value, "out_ptr0")], src="mlp.py:33")
         values[out] = value
-        b.seq += 1
     lnb = torch.nn.functional.layer_norm(gb, (16,))
     centered = gb - gb.mean(-1, keepdim=True)
     for name, inputs, out, value in [("triton_poi_fused_native_layer_norm_5", [("g", gb)], "c", centered),
                                      ("triton_poi_fused_native_layer_norm_6", [("c", centered)], "ln", lnb)]:
-        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "mlp.py:34", "m": "Net",
-                        "fuses": [{"op": "aten::mul.Tensor", "src": "mlp.py:34"}],
-                        "in": [t(n, v, f"in_ptr{k}") for k, (n, v) in enumerate(inputs)], "out": [t(out, value, "out_ptr0")]})
-        b.seq += 1
+        b.kernel(name, [t(n, v, f"in_ptr{k}") for k, (n, v) in enumerate(inputs)], [t(out, value, "out_ptr0")],
+                 src="mlp.py:34")
     b.region("exit", [t("ln", lnb, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
@@ -810,10 +778,8 @@ def test_a_change_inside_an_ops_decomposition_names_that_op(tmp_path: Path) -> N
     for name, inputs, out, value, op in [("cpp_fused_silu_27", [("g", g)], "e", denominator, "aten::add.Tensor"),
                                          ("cpp_fused_silu_28", [("e", denominator), ("g", g)], "s", g / denominator,
                                           "aten::div.Tensor")]:
-        b.writer.write({"t": "kernel", "i": b.seq, "name": name, "src": "act.py:103", "m": "Net",
-                        "fuses": [{"op": op, "src": "act.py:103"}],
-                        "in": [t(n, v, f"in_ptr{k}") for k, (n, v) in enumerate(inputs)], "out": [t(out, value, "out_ptr0")]})
-        b.seq += 1
+        b.kernel(name, [t(n, v, f"in_ptr{k}") for k, (n, v) in enumerate(inputs)], [t(out, value, "out_ptr0")],
+                 src="act.py:103", fuses=[op])
     b.region("exit", [t("s", g / denominator, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
