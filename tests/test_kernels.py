@@ -119,6 +119,25 @@ def test_the_pass_only_runs_under_inductor(run_fixture) -> None:
 
 
 @pytest.mark.slow
+def test_a_fault_in_a_compiled_backward_is_named_at_its_forward_line(run_fixture) -> None:
+    """The backward graph is compiled on the first `backward()`, after the forward's compile: its kernels
+    carry their fused ops and lines too, and the kernel that computes one piece of `tanh_backward`'s
+    decomposition is compared as A's op's value, not input by input (before: kernels without lines, an
+    11-op candidate list on a training step; then "a program input differs" for a decomposed kernel)."""
+    result = run_fixture("backward_fault.py", BACKENDS)
+    report = result.report
+    assert result.exit_code == 1 and report["verdict"] == "diverged"
+    first = report["first_divergence"]
+    assert (first["op"], first["source"]) == (
+        "aten::tanh_backward", f"backward_fault.py:{marker_line('backward_fault.py', 'divergent line')}")
+    assert first["narrowing"]["result"] == "pinned"
+    assert "program input" not in first["note"]
+    _, records = read_trace(Path(first["narrowing"]["trace"]))
+    backward = [r for r in records if r["t"] == "kernel" and "tanh_backward" in r["name"]]
+    assert backward and all(r["fuses"] and r["src"] for r in backward)
+
+
+@pytest.mark.slow
 def test_kernel_records_show_with_the_ops_they_fuse(run_fixture) -> None:
     report = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow").report
     shown = invoke("show", report["traces"][1])

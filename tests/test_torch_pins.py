@@ -76,6 +76,11 @@ def test_inductor_hooks_used_by_kernel_capture() -> None:
     assert {"source_code", "inductor_provenance_mapping_str", "inductor_post_grad_graph_str",
             "current_callable", "compiled_fn_runner", "cache_key"} <= fields
     assert hasattr(inductor_config.trace, "provenance_tracking_level")
+    # A backward graph compiled after the forward's compile keeps its provenance only with this set.
+    import torch._inductor.debug as inductor_debug
+
+    assert hasattr(inductor_debug, "_pre_grad_graph_id")
+    assert hasattr(inductor_debug, "reset_provenance_globals")
 
 
 def test_inductor_internals_used_by_materialize() -> None:

@@ -595,7 +595,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         carried = [d for d, origin in zip(in_diffs, origins) if origin is not None]
         in_diffs = [d for d, origin in zip(in_diffs, origins) if origin is None]
 
-        fused_kernel = rb["t"] == KERNEL and len(rb.get("fuses") or ()) != 1
+        # A kernel of several ops, or of one piece of A's op's decomposition (tanh_backward's last
+        # `mul`): its value is A's op's, its inputs are not A's op's inputs.
+        fused_kernel = rb["t"] == KERNEL and (len(rb.get("fuses") or ()) != 1 or not _same_op(ra, rb))
         if (ra["t"] == REGION and ra["ev"] == "exit") or fused_kernel:
             # A region's outputs come from the ops inside it, a kernel's from the ops it
             # fuses: those are the candidates. Their inputs are not comparable one to one.

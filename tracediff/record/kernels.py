@@ -19,7 +19,7 @@ imported `compile_fx` itself still reaches).
 
 Pinned torch internals (tests/test_torch_pins.py): CompiledFxGraph.post_compile,
 its compiled_fn_runner/current_callable, source_code, the two provenance
-strings; compile_fx.compile_fx (and _maybe_wrap_and_compile_fx_main, where present); CachingAutotuner.run.
+strings; debug._pre_grad_graph_id; compile_fx.compile_fx (and _maybe_wrap_and_compile_fx_main, where present); CachingAutotuner.run.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ _POST_GRAD_FILE = re.compile(r"#\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
 _POST_GRAD_CALL = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.([\w.]+)\((.*)$")
 # A NaN/Inf literal among a node's arguments, as FX prints floats: `full.default([8, 8], -inf, ...)`.
 _NONFINITE_LITERAL = re.compile(r"(?<![\w.'\"])-?(?:inf|nan)(?![\w.'\"])")
+
+# Stands for "a graph compiled outside dynamo's compile" (a lazily compiled backward) in
+# inductor's provenance globals; any non-zero id turns its mapping on.
+_BACKWARD_GRAPH_ID = 1
 
 # Argument names of generated kernels that the kernel writes.
 _OUTPUT_PREFIXES = ("out_ptr", "in_out_ptr")
@@ -217,6 +221,7 @@ class KernelCapture:
         level = inductor_config.trace.provenance_tracking_level
         inductor_config.trace.provenance_tracking_level = 1
         self._restore.append(lambda: setattr(inductor_config.trace, "provenance_tracking_level", level))
+        self._keep_backward_provenance()
         self._patch(compile_fx_module, "compile_fx", self._wrap_compile_fx)
         # A custom backend that imported compile_fx before the patch calls the original, which
         # looks this one up at call time: wrapped too, so its kernels get module paths as well.
@@ -234,6 +239,23 @@ class KernelCapture:
     def __exit__(self, *exc: Any) -> None:
         while self._restore:
             self._restore.pop()()
+
+    def _keep_backward_provenance(self) -> None:
+        """Let a backward graph compiled on the first `backward()` keep its kernel provenance.
+
+        Inductor writes the provenance mapping only while `debug._pre_grad_graph_id` is set, and
+        sets it inside the forward compile's `reset_provenance_globals()`, which restores it on
+        exit. AOT autograd compiles the backward graph later, outside that block, where it is
+        None: every backward kernel would come without its fused ops and their lines. Any
+        truthy id outside the block keeps the mapping; compiles inside set their own.
+        """
+        import torch._inductor.debug as inductor_debug
+
+        if getattr(inductor_debug, "_pre_grad_graph_id", 0):  # set already, or a torch without it
+            return
+        previous = inductor_debug._pre_grad_graph_id
+        inductor_debug._pre_grad_graph_id = _BACKWARD_GRAPH_ID
+        self._restore.append(lambda: setattr(inductor_debug, "_pre_grad_graph_id", previous))
 
     def _patch(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
         original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
