@@ -131,6 +131,27 @@ def test_one_computing_op_before_the_fused_ones_is_taken() -> None:
     assert (outcome.result, outcome.pinned, outcome.pinned_by) == ("earlier", embedding, "value")
 
 
+def test_the_one_op_both_runs_hold_is_pinned() -> None:
+    # H100, HF GPT-2 under inductor, a fault in a residual add fused with the layer norm after it:
+    # unfused, the add is named, with ops after the kernel as candidates too (the view and add of the
+    # next block, where the difference grows past the tolerance). Before: `moved`, the fused verdict kept.
+    later = [_cand(30, "aten::view"), _cand(31, "aten::add.Tensor")]
+    outcome = judge_unfused(dict(FUSED[1], candidates=[FUSED[1], *later], inputs_agree=False), FUSED, _moves)
+    assert (outcome.result, outcome.pinned, outcome.pinned_by, outcome.shared) == ("pinned", FUSED[1], "position", True)
+
+
+def test_shared_ops_narrow_only_when_the_unfused_run_names_one_of_the_kernels_ops() -> None:
+    # H100, a training step of HF GPT-2: unfused, the difference first shows in the backward and the
+    # verdict names a backward op; one fused backward op among its candidates is no evidence.
+    fused = [*FUSED, _cand(20, "aten::native_layer_norm_backward")]
+    found = dict(_cand(40, "aten::mul.Tensor"), candidates=[_cand(40, "aten::mul.Tensor"), fused[-1]],
+                 inputs_agree=False)
+    assert judge_unfused(found, fused, _moves).result == "moved"
+    found = dict(FUSED[1], candidates=[FUSED[1], FUSED[2], _cand(40, "aten::mul.Tensor")], inputs_agree=False)
+    outcome = judge_unfused(found, [*fused, _cand(21, "aten::tanh")], _moves)
+    assert (outcome.result, outcome.computing, outcome.shared) == ("narrowed", (17, 18), True)
+
+
 def test_several_ops_before_the_fused_ones_are_no_answer() -> None:
     outcome = judge_unfused(_found(_cand(3, "aten::embedding"), _cand(4, "aten::mul.Tensor")), FUSED, _moves)
     assert outcome.result == "moved"

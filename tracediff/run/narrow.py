@@ -72,6 +72,7 @@ class Outcome:
     pinned: dict[str, Any] | None = None  # the candidate pinned
     pinned_by: str | None = None  # "value": its inputs agree, its output differs; "position": the only op that computes
     computing: tuple[int, ...] = ()  # indices of the unfused run's candidates that compute
+    shared: bool = False  # judged by the computing ops both runs' candidates hold
 
 
 def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], moves: Callable[[int], bool]) -> Outcome:
@@ -86,13 +87,22 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     indices = tuple(c["index"] for c in computing)
     fused_indices = {c["index"] for c in fused}
     by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"  # if one op computes
+    fused_computing = [c for c in fused if not moves(c["index"])] or fused
     if not set(indices) <= fused_indices:
         if len(computing) == 1 and computing[0]["index"] < min(fused_indices):
             return Outcome("earlier", computing[0], by, indices)
+        # The unfused run names one of the fused kernel's ops, and holds ops after the kernel as candidates
+        # too (a difference within the tolerance for a while shows a few ops later): the op to blame is
+        # one of those both runs hold. Not when the unfused run names an op outside the kernel: then its
+        # candidates need not hold the op to blame at all.
+        shared = [c for c in computing if c["index"] in fused_indices] if found.get("index") in fused_indices else []
+        if len(shared) == 1:
+            return Outcome("pinned", shared[0], "position", (shared[0]["index"],), shared=True)
+        if shared and len(shared) < len(fused_computing):
+            return Outcome("narrowed", computing=tuple(c["index"] for c in shared), shared=True)
         return Outcome("moved", computing=indices)
     if len(computing) == 1:
         return Outcome("pinned", computing[0], by, indices)
-    fused_computing = [c for c in fused if not moves(c["index"])] or fused
     return Outcome("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
 
 
@@ -142,12 +152,26 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
             narrowed["note"] = (f"with one kernel per op the difference shows earlier, at {pinned['op']}: the fused "
                                 f"run carried it within the tolerance until {first['op']} (#{first['index']}); "
                                 f"{found.get('note')}")
+        elif outcome.shared:
+            narrowed["note"] = (f"pinned: {pinned['op']} is the only op that computes among both the fused kernel's "
+                                f"candidates and those of the run with one kernel per op; {found.get('note')}")
         elif pinned["index"] != found["index"] or len(found.get("candidates") or []) > 1:
             narrowed["note"] = (f"pinned: with one kernel per op, {pinned['op']} is the only candidate that computes "
                                 f"(the others only move values); {found.get('note')}")
         return dict(report, first_divergence=narrowed)
     if outcome.result == "narrowed":
-        return dict(report, first_divergence=dict(found, narrowing=narrowing))
+        if not outcome.shared:
+            return dict(report, first_divergence=dict(found, narrowing=narrowing))
+        # Only the ops both runs hold as candidates; named as the unfused run names them, else the
+        # last of them (as a fused verdict names the last op of its kernel).
+        kept = [c for c in found.get("candidates") or [] if c["index"] in outcome.computing]
+        named = next((c for c in kept if c["index"] == found["index"]), kept[-1])
+        record = records.get(named["index"], {})
+        narrowed = dict(found, **{k: named.get(k) for k in ("op", "index", "source", "module", "code")},
+                        path=record.get("path", found.get("path")), candidates=kept, narrowing=narrowing,
+                        note=(f"with one kernel per op the difference shows at {found['op']} ({found['source']}); "
+                              f"{len(kept)} computing ops are candidates of both runs"))
+        return dict(report, first_divergence=narrowed)
     narrowing.update(unfused_first_divergence=found)
     return _annotate(report, narrowing, f"with one kernel per op the first divergence is {found['op']} at "
                      f"{found['source']} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
