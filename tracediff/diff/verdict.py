@@ -83,6 +83,8 @@ class Divergence:
     inputs_agree: bool
     note: str
     observed: Place | None = None  # where A first showed the difference, if not at `a`
+    # The difference grew from below the tolerance: it may have been made before the first candidate.
+    may_start_earlier: bool = False
 
     @property
     def rel_diff(self) -> float | None:
@@ -825,7 +827,7 @@ def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[Te
             "or before it")
     worst = _worst(diffs)
     return Divergence(_kind(worst), maker, Place.of(rb), (maker, *(v.place for v in views)), worst, False, note,
-                      observed=seen)
+                      observed=seen, may_start_earlier=True)
 
 
 def _out_pair(ra: dict, rb: dict, worst: TensorDiff) -> dict[str, Any] | None:

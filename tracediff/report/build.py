@@ -57,6 +57,7 @@ def _divergence(d: Divergence) -> dict[str, Any]:
         "code": d.a.code,
         "path": d.a.path,
         "inputs_agree": d.inputs_agree,
+        "may_start_earlier": d.may_start_earlier,
         "note": d.note,
         "observed": d.observed.as_dict() if d.observed else None,
         "b": d.b.as_dict() if d.b else None,
@@ -68,8 +69,9 @@ def _divergence(d: Divergence) -> dict[str, Any]:
 def pinned_by(d: Divergence) -> str | None:
     """How sure the location is: "value" (the op's own inputs agree and its outputs differ),
     "position" (the only op between agreeing values and the difference, or the op whose value B
-    changed), or None (several candidates remain)."""
-    if d.kind == "structure" or len(d.candidates) != 1:
+    changed), or None (several candidates remain, or the difference grew from below the tolerance
+    and may have been made before them)."""
+    if d.kind == "structure" or len(d.candidates) != 1 or d.may_start_earlier:
         return None
     return "value" if d.inputs_agree and d.observed is None else "position"
 

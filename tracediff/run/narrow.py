@@ -88,20 +88,23 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     fused_indices = {c["index"] for c in fused}
     by = "value" if len(candidates) == 1 and found.get("inputs_agree") else "position"  # if one op computes
     fused_computing = [c for c in fused if not moves(c["index"])] or fused
+    # A difference that grew from below the tolerance may have been made before every candidate:
+    # position alone pins nothing then.
+    settled = not found.get("may_start_earlier")
     if not set(indices) <= fused_indices:
-        if len(computing) == 1 and computing[0]["index"] < min(fused_indices):
+        if len(computing) == 1 and computing[0]["index"] < min(fused_indices) and settled:
             return Outcome("earlier", computing[0], by, indices)
         # The unfused run names one of the fused kernel's ops, and holds ops after the kernel as candidates
         # too (a difference within the tolerance for a while shows a few ops later): the op to blame is
         # one of those both runs hold. Not when the unfused run names an op outside the kernel: then its
         # candidates need not hold the op to blame at all.
         shared = [c for c in computing if c["index"] in fused_indices] if found.get("index") in fused_indices else []
-        if len(shared) == 1:
+        if len(shared) == 1 and settled:
             return Outcome("pinned", shared[0], "position", (shared[0]["index"],), shared=True)
         if shared and len(shared) < len(fused_computing):
             return Outcome("narrowed", computing=tuple(c["index"] for c in shared), shared=True)
         return Outcome("moved", computing=indices)
-    if len(computing) == 1:
+    if len(computing) == 1 and settled:
         return Outcome("pinned", computing[0], by, indices)
     return Outcome("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
 
