@@ -75,6 +75,26 @@ def preserves_values(record: dict[str, Any]) -> bool:
     return bool(ins) and bool(outs) and all(widens(ins[-1], d) or d == ins[-1] for d in outs)
 
 
+_ORDER_FREE = ("n", "sum", "l1", "l2", "max", "nan", "inf")
+
+
+def rewrites_an_input(record: dict[str, Any]) -> bool:
+    """Did this record write exactly a value it read (a kernel multiplying by a weight of ones,
+    adding a bias of zeros: a fresh layer norm's affine step)? Judged on the order-free statistics
+    of each output against an input of the same dtype and size; it changed no value."""
+    outs = record.get("out") or ()
+    ins = [t for t in record.get("in") or () if t.get("fp")]
+    if not outs or not ins:
+        return False
+
+    def same(x: dict[str, Any], y: dict[str, Any]) -> bool:
+        fx, fy = x.get("fp"), y.get("fp")
+        return (bool(fx) and bool(fy) and x.get("dt") == y.get("dt") and bool(fx.get("n"))  # type: ignore[union-attr]
+                and all(fx.get(k) == fy.get(k) for k in _ORDER_FREE))  # type: ignore[union-attr]
+
+    return all(any(same(t, i) for i in ins) for t in outs)
+
+
 def looser(a: Tolerance, b: Tolerance) -> Tolerance:
     """The looser of two tolerances (rtol first: it is what scales with precision)."""
     return a if (a.rtol, a.atol) >= (b.rtol, b.atol) else b

@@ -69,13 +69,15 @@ def kernel_origin(name: str) -> str | None:
 
 
 def _named_key(record: dict[str, Any], signature: tuple) -> int:
-    """A key pairing an op with a kernel named for it, at the same source line and output shapes
-    (eager `addmm` and the kernel adding its bias after an extern `mm`); 0 where there is none."""
+    """A key pairing an op with a kernel named for it, at the same source line and first output's
+    shape (eager `addmm` and the kernel adding its bias after an extern `mm`); 0 where there is none.
+    The first output only: a kernel writes one of a multi-output op's values (a `native_layer_norm`
+    decomposed into kernels writes its normalized output apart from its mean and rstd)."""
     src = record.get("src")
     if not src:
         return 0
     name = kernel_origin(str(record.get("name", ""))) if record["t"] == KERNEL else base_op(record["op"]).removeprefix("aten::")
-    return hash(("named", src, name, signature)) if name else 0
+    return hash(("named", src, name, signature[:1])) if name else 0
 
 
 def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None, int]:

@@ -42,7 +42,7 @@ from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
-from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values
+from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values, rewrites_an_input
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op, kernel_origin
@@ -274,7 +274,7 @@ class _Made:
     fused: tuple[str, ...]
     op: str | None = None  # the op it computes (a kernel: the last op it fuses)
     reads: tuple[Ref, ...] = ()
-    moves: bool = False  # only moves or exactly widens values: never the one named
+    moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
 
     def describe(self) -> str:
@@ -309,7 +309,8 @@ class _BSide:
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
-                             preserves_values(record), only_b=is_alignable and not self._paired[count])
+                             preserves_values(record) or rewrites_an_input(record),
+                             only_b=is_alignable and not self._paired[count])
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
