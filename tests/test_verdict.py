@@ -869,3 +869,66 @@ def test_kernels_that_rewrite_the_value_they_read_are_not_blamed(tmp_path: Path)
     first = _report(a.close(), b.close())["first_divergence"]
     assert first["pinned_by"] is None and first["may_start_earlier"] is True, (first["note"], first["candidates"])
     assert "triton_poi_fused_native_layer_norm_13" not in first["note"], first["note"]
+
+
+def _gelu_backward_muls(builder: TraceBuilder, g: torch.Tensor, s1: torch.Tensor, s2: torch.Tensor,
+                        compiled: bool, fused_view: bool = False) -> None:
+    """Two `mul`s of one gradient by two saved activations at one line (GELU's backward). Eager reads the
+    activations through views; the compiled run makes them in another shape and runs the muls as
+    single-op kernels in the other order."""
+    t = builder.tensor
+    builder.region("enter", [t("g", g, "in0")])
+    for name, value in (("s1", s1), ("s2", s2)):
+        builder.op("aten::clone", [], [t(name, value, "0")], src=None)
+    if not compiled:
+        for name, value in (("s1", s1), ("s2", s2)):
+            builder.op("aten::view", [t(name, value)], [t(name + "v", value.reshape(1, 16, 16), "0", base=name)],
+                       src="act.py:66")
+        for k, (name, value) in enumerate((("s1v", s1), ("s2v", s2))):
+            builder.op("aten::mul.Tensor", [t("g", g), t(name, value.reshape(1, 16, 16), "other", base=name[:2])],
+                       [t(f"o{k + 1}", g * value, "0")], src="act.py:66")
+    else:
+        for name, value in (("o2", s2), ("o1", s1)):
+            builder.kernel("triton_poi_fused_mul_0", [t("g", g, "in_ptr0"), t("s" + name[1], value.reshape(1, 16, 16), "in_ptr1")],
+                           [t(name, g * value, "out_ptr0")], src="act.py:66",
+                           fuses=[{"node": "view", "op": "aten::view", "src": "act.py:66"}] * fused_view
+                           + [{"node": "mul", "op": "aten::mul.Tensor", "src": "act.py:66"}])
+    o1, o2 = g * s1, g * s2
+    builder.op("aten::add.Tensor", [t("o1", o1), t("o2", o2, "other")], [t("sum", o1 + o2, "0")], src="act.py:70")
+    builder.region("exit", [t("sum", o1 + o2, "out0")])
+
+
+def _near_a_key_boundary(g: torch.Tensor, s: torch.Tensor, thousands: int = 1) -> torch.Tensor:
+    """`s` scaled so that the l1 of `g * s` is 1000.49 (or 2000.49, ...): rounded to 4 digits (the value
+    key) it is 1000, and 2e-5 more (within the tolerance) rounds to 1001: the runs' values cannot pair by key."""
+    return s * ((1000 * thousands + 0.49) / (g * s).abs().sum().item())
+
+
+def test_single_op_kernels_crossed_with_eager_ops_reading_views_are_no_divergence(tmp_path: Path) -> None:
+    """H100, the GPT-2 training step under inductor with one kernel per op: eager GELU backward's
+    `mul`s, reading the gradient through a view, paired on op and shapes with single-op kernels of the
+    other order, and `pow` was pinned. B computed A's very inputs, in another shape: a crossed pair."""
+    g = torch.linspace(0.5, 1.5, 256).reshape(1, 16, 16)
+    s1, s2 = (_near_a_key_boundary(g, _zero_mean(seed)[0, 0]) for seed in (1, 2))
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _gelu_backward_muls(a, g, s1, s2, compiled=False)
+    _gelu_backward_muls(b, g, s1 * (1 + 2e-5), s2 * (1 + 2e-5), compiled=True)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]
+
+
+def test_fused_kernels_crossed_with_eager_ops_are_no_divergence_where_b_computed_a_s_values(tmp_path: Path) -> None:
+    """The same under inductor with one kernel per op, each `mul` fused with the view it reads: paired
+    on op and shapes, A's `mul` met the kernel writing the other branch (a value 3 times larger); B
+    wrote A's very value with the next kernel. Another quantity B also computed is no divergence."""
+    g = torch.linspace(0.5, 1.5, 256).reshape(1, 16, 16)
+    s1, s2 = (_near_a_key_boundary(g, _zero_mean(seed)[0, 0], thousands) for seed, thousands in ((1, 1), (2, 3)))
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _gelu_backward_muls(a, g, s1, s2, compiled=False)
+    _gelu_backward_muls(b, g, s1 * (1 + 2e-5), s2 * (1 + 2e-5), compiled=True, fused_view=True)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]
+    # B's kernel really is wrong: A's value is nowhere in B.
+    b = TraceBuilder(tmp_path / "c.jsonl", "inductor")
+    _gelu_backward_muls(b, g, s1 * 1.01, s2 * (1 + 2e-5), compiled=True, fused_view=True)
+    assert _report(tmp_path / "a.jsonl", b.close())["verdict"] == "diverged"

@@ -7,7 +7,10 @@ computed A's very inputs elsewhere. Looking each of A's inputs up among all of
 B's values, at the tolerance they are judged by, tells the two apart.
 
 The index is built on first use (only a pair that would be reported needs it)
-from one more read of the trace, and holds four numbers per output tensor.
+from one more read of the trace, and holds four numbers and the sketch per
+output tensor. Values are looked up by element count, not shape (A may read
+through a view what B computed in another shape); the sketch tells apart values
+whose order-free statistics agree but whose elements moved.
 Rounded-fingerprint keys are not enough: a gradient's `sum` is cancellation
 noise near zero and rounds differently in each run; `l1` does not cancel.
 """
@@ -28,7 +31,7 @@ _BUCKETS_PER_DECADE = 115
 # Beyond this many tensors the index would cost too much memory: no lookups, pairs are judged as before.
 _MAX_TENSORS = 2_000_000
 
-_Key = tuple[str, tuple[int, ...], int]
+_Key = tuple[str, int, int]  # dtype, element count (a view of the value has another shape), l1 bucket
 
 
 def distinctive(t: dict[str, Any]) -> bool:
@@ -59,8 +62,9 @@ class ComputedValues:
                 if not distinctive(t):
                     continue
                 fp = t["fp"]
-                index[(t["dt"], tuple(t["sh"]), _bucket(fp["l1"]))].append(
-                    {"sum": fp["sum"], "l1": fp["l1"], "l2": fp["l2"], "max": fp["max"], "nan": 0, "inf": 0, "n": fp["n"]})
+                index[(t["dt"], int(fp["n"]), _bucket(fp["l1"]))].append(
+                    {"sum": fp["sum"], "l1": fp["l1"], "l2": fp["l2"], "max": fp["max"], "nan": 0, "inf": 0, "n": fp["n"],
+                     "sk": fp.get("sk")})
                 count += 1
                 if count > _MAX_TENSORS:
                     self._usable = False
@@ -79,9 +83,9 @@ class ComputedValues:
 
     def _holds(self, t: dict[str, Any], tolerance: Tolerance) -> bool:
         assert self._index is not None
-        fp, shape, bucket = t["fp"], tuple(t["sh"]), _bucket(t["fp"]["l1"])
+        fp, bucket = t["fp"], _bucket(t["fp"]["l1"])
         for b in (bucket - 1, bucket, bucket + 1):
-            for other in self._index.get((t["dt"], shape, b), ()):
+            for other in self._index.get((t["dt"], int(fp["n"]), b), ()):
                 if compare_fingerprints(fp, other, tolerance).ok:
                     return True
         return False

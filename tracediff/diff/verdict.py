@@ -601,6 +601,15 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         # A kernel of several ops, or of one piece of A's op's decomposition (tanh_backward's last
         # `mul`): its value is A's op's, its inputs are not A's op's inputs.
         fused_kernel = rb["t"] == KERNEL and (len(rb.get("fuses") or ()) != 1 or not _same_op(ra, rb))
+        if fused_kernel and out_diffs and tier[alignable_index] != VALUE_TIER and ra["t"] == OP and _far_apart(
+                out_diffs) and b_values.hold_all(_differing(ra, out_diffs),
+                                                 lambda t: comparer.precision.of(t, ra["op"], ra.get("m"))):
+            # Paired on op and shapes with a kernel writing another quantity (GELU's backward: several
+            # `mul`s at one line, run in another order), while B computed A's very value elsewhere.
+            result.compared -= 1
+            rejected += 1
+            walker.unknown(ra, candidate=True)
+            continue
         if (ra["t"] == REGION and ra["ev"] == "exit") or fused_kernel:
             # A region's outputs come from the ops inside it, a kernel's from the ops it
             # fuses: those are the candidates. Their inputs are not comparable one to one.
@@ -651,7 +660,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                           "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
-            if tier[alignable_index] != VALUE_TIER and ra["t"] == rb["t"] == OP and not _fed_by_b_only(
+            if tier[alignable_index] != VALUE_TIER and ra["t"] == OP and not _fed_by_b_only(
                     ra, rb, in_diffs, b_side, by_name) and b_values.hold_all(
                     bad, lambda t: comparer.precision.of(t, ra["op"], ra.get("m"))):
                 # A crossed pair: B computed these very inputs but fed them to another record of the
@@ -694,6 +703,14 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
                                   f"{result.structure_count} structure difference(s): {detail}")
     return result
+
+
+# Outputs this far apart (relative) are other quantities, not one value computed otherwise.
+_OTHER_QUANTITY = 0.5
+
+
+def _far_apart(diffs: list[TensorDiff]) -> bool:
+    return all(not d.comparison.nonfinite and d.comparison.rel_diff > _OTHER_QUANTITY for d in diffs)
 
 
 def _differing(record: dict[str, Any], diffs: list[TensorDiff]) -> list[dict[str, Any]]:
