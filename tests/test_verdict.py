@@ -932,3 +932,51 @@ def test_fused_kernels_crossed_with_eager_ops_are_no_divergence_where_b_computed
     b = TraceBuilder(tmp_path / "c.jsonl", "inductor")
     _gelu_backward_muls(b, g, s1 * 1.01, s2 * (1 + 2e-5), compiled=True, fused_view=True)
     assert _report(tmp_path / "a.jsonl", b.close())["verdict"] == "diverged"
+
+
+def _sin_cos_exp(builder: TraceBuilder, compiled: bool, inserted_scale: float | None = None) -> None:
+    """x -> sin -> cos -> exp -> mul; the compiled run one kernel per op, where `inserted_scale`: a compiler
+    pass scales cos's value with a `mul` kernel of its own, at cos's line."""
+    t = builder.tensor
+    builder.region("enter", [t("x", X, "in0")])
+    s = torch.sin(X)
+    c = torch.cos(s)
+    if not compiled:
+        e = torch.exp(c)
+        builder.op("aten::sin", [t("x", X)], [t("s", s, "0")], src="m.py:11")
+        builder.op("aten::cos", [t("s", s)], [t("c", c, "0")], src="m.py:12")
+        builder.op("aten::exp", [t("c", c)], [t("e", e, "0")], src="m.py:13")
+        builder.op("aten::mul.Tensor", [t("e", e)], [t("y", e * 2, "0")], src="m.py:13")
+        builder.region("exit", [t("y", e * 2, "out0")])
+        return
+    builder.kernel("triton_poi_fused_sin_0", [t("x", X, "in_ptr0")], [t("s", s, "out_ptr0")], src="m.py:11",
+                   fuses=["aten::sin"])
+    builder.kernel("triton_poi_fused_cos_1", [t("s", s, "in_ptr0")], [t("c", c, "out_ptr0")], src="m.py:12",
+                   fuses=["aten::cos"])
+    if inserted_scale is not None:
+        c2 = c * inserted_scale
+        builder.kernel("triton_poi_fused_cos_2", [t("c", c, "in_ptr0")], [t("c2", c2, "out_ptr0")], src="m.py:12",
+                       fuses=["aten::mul.Tensor"])
+        c = c2
+    e = torch.exp(c)
+    name = "c2" if inserted_scale is not None else "c"
+    builder.kernel("triton_poi_fused_exp_3", [t(name, c, "in_ptr0")], [t("e", e, "out_ptr0")], src="m.py:13",
+                   fuses=["aten::exp"])
+    builder.kernel("triton_poi_fused_mul_4", [t("e", e, "in_ptr0")], [t("y", e * 2, "out_ptr0")], src="m.py:13",
+                   fuses=["aten::mul.Tensor"])
+    builder.region("exit", [t("y", e * 2, "out0")])
+
+
+def test_a_kernel_a_pass_inserted_between_kernels_is_b_s_change_not_a_crossed_pair(tmp_path: Path) -> None:
+    """perturbed_fusion.py with one kernel per op: B's `cos` kernel agrees, a `mul` kernel only B runs
+    (no `mul` at that line in A) scales it, and `exp`'s kernel reads the scaled value. B computed A's
+    input to `exp` (the `cos` kernel's output), but this is no crossed pair: cos's line is to blame."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _sin_cos_exp(a, compiled=False)
+    _sin_cos_exp(b, compiled=True, inserted_scale=1.01)
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first is not None
+    assert (first["op"], first["source"]) == ("aten::cos", "m.py:12")
+    assert first["b"]["op"] == "triton_poi_fused_cos_2"
+    assert [c["op"] for c in first["candidates"]] == ["aten::cos"]  # not exp: its pair is not crossed
+    assert first["observed"]["op"] == "aten::exp"

@@ -36,6 +36,13 @@ def chain_op(record: dict[str, Any]) -> str | None:
     return record.get("op")
 
 
+def op_line_key(record: dict[str, Any]) -> int:
+    """The op a record computes (see `chain_op`) and its source line: does the other run compute
+    that op at that line at all (or did a compiler pass put it there)?"""
+    op = chain_op(record)
+    return hash((base_op(op) if op else None, record.get("src")))
+
+
 def alignable(record: dict[str, Any]) -> bool:
     kind = record["t"]
     if kind == OP:
@@ -125,6 +132,7 @@ class Skeleton:
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
     is_region: bytearray = field(default_factory=bytearray)
+    op_lines: set[int] = field(default_factory=set)  # `op_line_key`s of its ops and kernels
     regions: int = 0
     ops: int = 0
     nan_origin: NanOrigin | None = None  # first op or kernel making NaN/Inf from finite inputs
@@ -155,6 +163,7 @@ def build_skeleton(path: str | Path) -> Skeleton:
         skeleton.named.append(named)
         src = record.get("src")
         skeleton.source.append(hash(src) if src else 0)
+        skeleton.op_lines.add(op_line_key(record))
     skeleton.footer = trace.footer
     skeleton.truncated = trace.truncated
     return skeleton

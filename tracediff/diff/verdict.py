@@ -45,7 +45,7 @@ from tracediff.diff.noise import Noise
 from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values, rewrites_an_input
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
-from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op, kernel_origin
+from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op, kernel_origin, op_line_key
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -276,6 +276,7 @@ class _Made:
     reads: tuple[Ref, ...] = ()
     moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
+    foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
 
     def describe(self) -> str:
         if self.kernel:
@@ -286,7 +287,7 @@ class _Made:
 class _BSide:
     """Trace B streamed in step with A: its alignable records, and who made each value."""
 
-    def __init__(self, path: Any, paired: bytearray) -> None:
+    def __init__(self, path: Any, paired: bytearray, a_op_lines: set[int]) -> None:
         self.producers: OrderedDict[Key, _Made] = OrderedDict()
         # The same values by content: inductor's wrapper reads a kernel's buffer through
         # `reinterpret_tensor`, a new tensor no dispatched op made.
@@ -294,6 +295,7 @@ class _BSide:
         # Values read that no record made, and the key of the last value written with their content.
         self.read_as: OrderedDict[Key, Key] = OrderedDict()
         self._paired = paired  # per alignable record of B: does it have a partner in A?
+        self._a_op_lines = a_op_lines  # the ops A computes, by line (`op_line_key`)
         self.agreed: OrderedDict[Key, bool] = OrderedDict()  # B's values known to agree with A's
         self._records = self._alignable(Trace(path))
         self.index = -1
@@ -310,7 +312,8 @@ class _BSide:
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
                              preserves_values(record) or rewrites_an_input(record),
-                             only_b=is_alignable and not self._paired[count])
+                             only_b=is_alignable and not self._paired[count],
+                             foreign=op_line_key(record) not in self._a_op_lines)
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -517,7 +520,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     for j in partner:
         if j >= 0:
             paired_b[j] = 1
-    b_side = _BSide(b.path, paired_b)
+    b_side = _BSide(b.path, paired_b, a.op_lines)
     b_values = ComputedValues(b.path)
     rejected = 0
     alignable_index = -1
@@ -753,13 +756,17 @@ def _count_structure(result: DiffResult, partner: array, rejected: int, compiled
 
 
 def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool) -> bool:
-    """Was a differing input of B's record made by a dispatched op only B runs (e.g. one a compiler
-    pass inserted)? Not a generated kernel: fusion leaves many kernels without a partner, and
-    a compiled backward's same-shaped branches (the crossed pairs) are made by such kernels."""
+    """Was a differing input of B's record made by a record only B runs (e.g. an op a compiler pass
+    inserted)? A dispatched op; a generated kernel only where B's record is a kernel too (one kernel
+    per op) and A never computes the kernel's op at its line: fusion leaves many kernels without a
+    partner, and a compiled backward's same-shaped branches (the crossed pairs) are made by such
+    kernels, of ops A runs there too."""
     args = {d.arg for d in in_diffs}
+    kernels_count = rb["t"] == KERNEL
     for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
         made = b_side.producer(tb) if ta["a"] in args else None
-        if made is not None and made.only_b and made.kernel is None:
+        if made is not None and made.only_b and not made.moves and (
+                made.kernel is None or (kernels_count and made.foreign)):
             return True
     return False
 
