@@ -62,6 +62,16 @@ def test_a_region_output_that_differs_where_no_compared_value_did_is_narrowed(tm
     assert not needs_narrowing(unseen, _trace(tmp_path / "c.jsonl", kernels=0, kernel_record=False))
 
 
+def test_one_candidate_whose_difference_may_start_earlier_is_narrowed(tmp_path: Path) -> None:
+    """H100, an MLP's fc1 bias scaled 1% inside a fused kernel, its layer norm hiding most of it: the
+    difference grew from below the tolerance at a later line. Materialized intermediates may show
+    where it was made."""
+    unsure = _diverged(1)
+    unsure["first_divergence"]["may_start_earlier"] = True
+    assert needs_narrowing(unsure, _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True))
+    assert not needs_narrowing(unsure, _trace(tmp_path / "c.jsonl", kernels=0, kernel_record=False))
+
+
 def test_a_footer_without_the_count_is_read_for_kernel_records(tmp_path: Path) -> None:
     assert runs_generated_kernels(_trace(tmp_path / "b.jsonl", kernels=None, kernel_record=True))
     assert not runs_generated_kernels(_trace(tmp_path / "c.jsonl", kernels=None, kernel_record=False))

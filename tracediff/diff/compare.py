@@ -28,6 +28,8 @@ class TensorComparison:
     noise: float | None = None  # calibrated: the reference's own relative error here (diff/noise.py)
     above_noise: float | None = None  # calibrated: the difference in multiples of that noise
     by_noise: bool = False  # passed only because the calibrated noise allows it
+    # The largest difference over the statistics in multiples of what was allowed (over 1: not ok).
+    times_allowed: float = math.inf
 
     def describe(self) -> str:
         verdict = "within" if self.ok else "exceeds"
@@ -50,7 +52,8 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
         return TensorComparison(False, math.inf, tolerance, "n", False)
     if "hash" in a and "hash" in b and tolerance.rtol == 0 and tolerance.atol == 0:
         same = a["hash"] == b["hash"]
-        return TensorComparison(same, 0.0 if same else math.inf, tolerance, "hash", False)
+        return TensorComparison(same, 0.0 if same else math.inf, tolerance, "hash", False,
+                                times_allowed=0.0 if same else math.inf)
     n = max(int(a.get("n") or 0), 1)
     l2_scale = max(abs(a["l2"]), abs(b["l2"]))
     # statistic -> (|a - b|, the scale it is relative to, atol summed over the elements it covers)
@@ -63,7 +66,7 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
     distance = sketch_distance(a, b)
     if distance is not None:  # ||a - b|| estimated, relative to ||a||: scattered differences
         entries["l2 distance"] = (distance, l2_scale, tolerance.atol * math.sqrt(n))
-    worst_rel, worst_stat, ok, by_noise = 0.0, "sum", True, False
+    worst_rel, worst_stat, ok, by_noise, times_allowed = 0.0, "sum", True, False, 0.0
     for stat, (diff, scale, atol) in entries.items():
         if not math.isfinite(diff):  # finite stats overflowed float64: compare exactly
             diff = 0.0 if stat == "l2 distance" or a[stat] == b[stat] else math.inf
@@ -71,6 +74,7 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
         floor = atol + tolerance.rtol * scale
         allowed = floor if noise is None else max(floor, factor * noise * scale)
         by_noise = by_noise or floor < diff <= allowed
+        times_allowed = max(times_allowed, diff / allowed if allowed > 0 else (0.0 if diff == 0 else math.inf))
         if diff > allowed:
             if ok or rel > worst_rel:
                 worst_rel, worst_stat = rel, stat
@@ -78,9 +82,9 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
         elif ok and rel > worst_rel:
             worst_rel, worst_stat = rel, stat
     if noise is None:
-        return TensorComparison(ok, worst_rel, tolerance, worst_stat, False)
+        return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, times_allowed=times_allowed)
     above = worst_rel / noise if noise > 0 else (0.0 if worst_rel == 0 else math.inf)
-    return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, noise, above, ok and by_noise)
+    return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, noise, above, ok and by_noise, times_allowed)
 
 
 def without_sketch(fp: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from tracediff.config import Config, Tolerance
@@ -701,6 +701,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     result.passed_by_noise = comparer.passed_by_noise
     result.closest_to_noise = comparer.closest
     _count_structure(result, partner, rejected, compiled)
+    if result.first is not None:
+        result.first = _unsure_if_barely_beyond(result.first)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
@@ -710,6 +712,27 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
 
 # Outputs this far apart (relative) are other quantities, not one value computed otherwise.
 _OTHER_QUANTITY = 0.5
+
+# A difference under this many times what the tolerance allows may be one that agreed within it a
+# moment before: a sum of sub-tolerance differences crossing the line, not a change made there.
+_BARELY_BEYOND = 2.0
+
+
+def _unsure_if_barely_beyond(d: Divergence) -> Divergence:
+    """`d`, marked `may_start_earlier` where it is placed by position alone (not an op whose own
+    inputs agree and outputs differ) on a difference barely beyond the tolerance: the values that
+    agreed before it did so only within the tolerance, and the difference may have been made
+    earlier (inside fused kernels whose intermediates nobody saw)."""
+    by_value = d.inputs_agree and d.observed is None
+    if d.kind != "output" or by_value or d.worst is None or d.may_start_earlier:
+        return d
+    comparison = d.worst.comparison
+    if comparison.nonfinite or comparison.times_allowed >= _BARELY_BEYOND:
+        return d
+    note = (f"{d.note}; the difference is barely beyond the tolerance ({comparison.times_allowed:.2g}x what "
+            "it allows) and no op was seen making it: it may have grown from a difference below the "
+            "tolerance, made earlier")
+    return replace(d, may_start_earlier=True, note=note)
 
 
 def _far_apart(diffs: list[TensorDiff]) -> bool:

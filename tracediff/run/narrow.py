@@ -54,14 +54,16 @@ def runs_generated_kernels(trace: Path) -> bool:
 
 
 def needs_narrowing(report: dict[str, Any], trace_b: Path) -> bool:
-    """A divergence localized to several ops, or to no line at all (a region's output differs and every
-    value compared agreed: fused kernels kept the change unseen, within the tolerance at each), in a
-    run whose compiled side ran generated kernels."""
+    """A divergence localized to several ops, to no line at all (a region's output differs and every
+    value compared agreed: fused kernels kept the change unseen, within the tolerance at each), or to
+    a line where a difference grew from below the tolerance (it may have been made inside a fused
+    kernel before it), in a run whose compiled side ran generated kernels."""
     first = report.get("first_divergence")
     if not first or report["verdict"] != "diverged":
         return False
     unplaced = first.get("kind") == "output" and first.get("source") is None
-    return (len(first.get("candidates") or []) > 1 or unplaced) and runs_generated_kernels(trace_b)
+    unsure = len(first.get("candidates") or []) > 1 or unplaced or bool(first.get("may_start_earlier"))
+    return unsure and runs_generated_kernels(trace_b)
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,12 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
     """Return `report` with its first divergence narrowed (or annotated why not)."""
     first = report["first_divergence"]
     candidates = first["candidates"]
-    echo(f"tracediff: the divergence is inside a fused kernel ({len(candidates)} candidate ops); "
-         "re-running with one kernel per op to find the one")
+    if len(candidates) > 1:
+        echo(f"tracediff: the divergence is inside a fused kernel ({len(candidates)} candidate ops); "
+             "re-running with one kernel per op to find the one")
+    else:
+        echo("tracediff: the difference grew from below the tolerance, perhaps inside fused kernels; "
+             "re-running with one kernel per op to see where it was made")
     trace = run_dir / f"{trace_name('c', runs[1].backend)}-unfused.jsonl"
     rerun = record_in_subprocess(
         script, script_args, backend=runs[1].backend, trace=trace, seed=config.seed, exact=config.exact,
