@@ -953,17 +953,20 @@ def test_fused_kernels_crossed_with_eager_ops_are_no_divergence_where_b_computed
     assert _report(tmp_path / "a.jsonl", b.close())["verdict"] == "diverged"
 
 
-def _sin_cos_exp(builder: TraceBuilder, compiled: bool, inserted_scale: float | None = None) -> None:
+def _sin_cos_exp(builder: TraceBuilder, compiled: bool, inserted_scale: float | None = None,
+                 square: bool = False) -> None:
     """x -> sin -> cos -> exp -> mul; the compiled run one kernel per op, where `inserted_scale`: a compiler
-    pass scales cos's value with a `mul` kernel of its own, at cos's line."""
+    pass scales cos's value with a `mul` kernel of its own, at cos's line. `square`: s * s (a `mul`) instead
+    of cos(s), so that A computes a `mul` at the line of the pass's `mul` too."""
     t = builder.tensor
     builder.region("enter", [t("x", X, "in0")])
     s = torch.sin(X)
-    c = torch.cos(s)
+    c = s * s if square else torch.cos(s)
+    second = "aten::mul.Tensor" if square else "aten::cos"
     if not compiled:
         e = torch.exp(c)
         builder.op("aten::sin", [t("x", X)], [t("s", s, "0")], src="m.py:11")
-        builder.op("aten::cos", [t("s", s)], [t("c", c, "0")], src="m.py:12")
+        builder.op(second, [t("s", s)], [t("c", c, "0")], src="m.py:12")
         builder.op("aten::exp", [t("c", c)], [t("e", e, "0")], src="m.py:13")
         builder.op("aten::mul.Tensor", [t("e", e)], [t("y", e * 2, "0")], src="m.py:13")
         builder.region("exit", [t("y", e * 2, "out0")])
@@ -971,7 +974,7 @@ def _sin_cos_exp(builder: TraceBuilder, compiled: bool, inserted_scale: float | 
     builder.kernel("triton_poi_fused_sin_0", [t("x", X, "in_ptr0")], [t("s", s, "out_ptr0")], src="m.py:11",
                    fuses=["aten::sin"])
     builder.kernel("triton_poi_fused_cos_1", [t("s", s, "in_ptr0")], [t("c", c, "out_ptr0")], src="m.py:12",
-                   fuses=["aten::cos"])
+                   fuses=[second])
     if inserted_scale is not None:
         c2 = c * inserted_scale
         builder.kernel("triton_poi_fused_cos_2", [t("c", c, "in_ptr0")], [t("c2", c2, "out_ptr0")], src="m.py:12",
@@ -998,4 +1001,17 @@ def test_a_kernel_a_pass_inserted_between_kernels_is_b_s_change_not_a_crossed_pa
     assert (first["op"], first["source"]) == ("aten::cos", "m.py:12")
     assert first["b"]["op"] == "triton_poi_fused_cos_2"
     assert [c["op"] for c in first["candidates"]] == ["aten::cos"]  # not exp: its pair is not crossed
+    assert first["observed"]["op"] == "aten::exp"
+
+
+def test_a_kernel_a_pass_inserted_after_an_op_of_its_kind_is_b_s_change_not_a_crossed_pair(tmp_path: Path) -> None:
+    """H100 Llama with one kernel per op: a pass scaled an RMSNorm `mul` with a `mul` kernel at the same
+    line, so A computes that op there too. The kernel read A's very value and changed it: B's change."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _sin_cos_exp(a, compiled=False, square=True)
+    _sin_cos_exp(b, compiled=True, inserted_scale=1.01, square=True)
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first is not None
+    assert (first["op"], first["source"]) == ("aten::mul.Tensor", "m.py:12")
+    assert [c["op"] for c in first["candidates"]] == ["aten::mul.Tensor"]
     assert first["observed"]["op"] == "aten::exp"

@@ -32,7 +32,8 @@ import math
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, Callable, Iterator
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies
@@ -277,6 +278,12 @@ class _Made:
     moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
+    read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs: the fingerprints of what it read
+
+    def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
+        """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
+        mine = without_sketch(value)
+        return any(compare_fingerprints(mine, without_sketch(fp), tolerance).ok for fp in self.read_values)
 
     def describe(self) -> str:
         if self.kernel:
@@ -309,11 +316,12 @@ class _BSide:
             for t in record.get("in", ()):
                 self._note_read(t)
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
+                only_b = is_alignable and not self._paired[count]
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
-                             preserves_values(record) or rewrites_an_input(record),
-                             only_b=is_alignable and not self._paired[count],
-                             foreign=op_line_key(record) not in self._a_op_lines)
+                             preserves_values(record) or rewrites_an_input(record), only_b=only_b,
+                             foreign=op_line_key(record) not in self._a_op_lines,
+                             read_values=tuple(t["fp"] for t in record.get("in", ()) if t.get("fp")) if only_b else ())
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -663,9 +671,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                           "inputs agree, outputs differ")
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
+            tolerance_of = partial(comparer.precision.of, op=ra["op"], module=ra.get("m"))
             if tier[alignable_index] != VALUE_TIER and ra["t"] == OP and not _fed_by_b_only(
-                    ra, rb, in_diffs, b_side, by_name) and b_values.hold_all(
-                    bad, lambda t: comparer.precision.of(t, ra["op"], ra.get("m"))):
+                    ra, rb, in_diffs, b_side, by_name, tolerance_of) and b_values.hold_all(bad, tolerance_of):
                 # A crossed pair: B computed these very inputs but fed them to another record of the
                 # same op and shapes (a compiled backward orders the gradients of k and v otherwise).
                 # Not when B made the input it read with an op only B runs: B changed the value in between.
@@ -778,18 +786,21 @@ def _count_structure(result: DiffResult, partner: array, rejected: int, compiled
         result.structure_count = result.unpaired_a + result.unpaired_b
 
 
-def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool) -> bool:
+def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool,
+                   tolerance_of: Callable[[dict[str, Any]], Tolerance]) -> bool:
     """Was a differing input of B's record made by a record only B runs (e.g. an op a compiler pass
     inserted)? A dispatched op; a generated kernel only where B's record is a kernel too (one kernel
-    per op) and A never computes the kernel's op at its line: fusion leaves many kernels without a
-    partner, and a compiled backward's same-shaped branches (the crossed pairs) are made by such
-    kernels, of ops A runs there too."""
+    per op) and the kernel computes an op A never computes at its line, or read A's very input (B
+    computed it, then changed it): fusion leaves many kernels without a partner, and a compiled
+    backward's same-shaped branches (the crossed pairs) are made by such kernels, of ops A runs
+    there too, from other values."""
     args = {d.arg for d in in_diffs}
     kernels_count = rb["t"] == KERNEL
     for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
         made = b_side.producer(tb) if ta["a"] in args else None
-        if made is not None and made.only_b and not made.moves and (
-                made.kernel is None or (kernels_count and made.foreign)):
+        if made is None or not made.only_b or made.moves:
+            continue
+        if made.kernel is None or (kernels_count and (made.foreign or made.read(ta["fp"], tolerance_of(ta)))):
             return True
     return False
 
