@@ -1015,3 +1015,53 @@ def test_a_kernel_a_pass_inserted_after_an_op_of_its_kind_is_b_s_change_not_a_cr
     assert (first["op"], first["source"]) == ("aten::mul.Tensor", "m.py:12")
     assert [c["op"] for c in first["candidates"]] == ["aten::mul.Tensor"]
     assert first["observed"]["op"] == "aten::exp"
+
+
+def _absorbed_then_barely_beyond(builder: TraceBuilder, compiled: bool) -> None:
+    """y = x @ W (line 20), z = r + y.view(16) (line 21, r large), w = z * 3 (line 22), sum (line 23).
+    The compiled run scales y by 1.01 with a kernel of its own at line 20, which the residual add keeps
+    within the tolerance, and w by 1 + 1.2e-4 with an op of its own at line 22: the sum reads a value
+    barely beyond the tolerance (1.5 times what it allows)."""
+    t = builder.tensor
+    x, r = torch.linspace(0.1, 0.2, 16).reshape(4, 4), torch.linspace(50, 60, 16)
+    y = x @ torch.eye(4)
+    builder.region("enter", [t("x", x, "in0")])
+    if not compiled:
+        z = r + y.view(16)
+        w = z * 3
+        builder.op("aten::mm", [t("x", x), t("eye", torch.eye(4), "mat2")], [t("y", y, "0")], src="m.py:20")
+        builder.op("aten::_unsafe_view", [t("y", y)], [t("yv", y.view(16), "0", base="y")], src="m.py:20")
+        builder.op("aten::add.Tensor", [t("r", r), t("yv", y.view(16), "other", base="y")], [t("z", z, "0")],
+                   src="m.py:21")
+        builder.op("aten::mul.Tensor", [t("z", z)], [t("w", w, "0")], src="m.py:22")
+    else:
+        y2 = y * 1.01
+        z = r + y2.view(16)
+        w2 = z * 3
+        w = w2 * (1 + 1.2e-4)
+        builder.op("aten::mm.out", [t("x", x), t("eye", torch.eye(4), "mat2")], [t("y", y, "0")], src="m.py:20")
+        builder.kernel("triton_poi_fused_mm_1", [t("y", y, "in_ptr0")], [t("y2", y2, "out_ptr0")], src="m.py:20",
+                       fuses=["aten::mul.Tensor"])
+        builder.kernel("triton_poi_fused__unsafe_view_add_2", [t("r", r, "in_ptr0"), t("y2", y2, "in_ptr1")],
+                       [t("z", z, "out_ptr0")], src="m.py:21", fuses=["aten::reshape", "aten::add.Tensor"])
+        builder.op("aten::mul.Tensor", [t("z", z)], [t("w2", w2, "0")], src="m.py:22")
+        builder.op("aten::mul.Tensor", [t("w2", w2)], [t("w", w, "0")], src="m.py:22")
+    builder.op("aten::sum", [t("w", w)], [t("s", w.sum(), "0")], src="m.py:23")
+    builder.region("exit", [t("s", w.sum(), "out0")])
+
+
+def test_a_change_absorbed_below_the_tolerance_is_where_a_later_barely_beyond_difference_was_made(
+        tmp_path: Path) -> None:
+    """H100 Llama with one kernel per op: down_proj's `mm` scaled 1% by a kernel of the pass, the residual
+    add kept it within the tolerance, and it showed again, barely beyond, a layer later. The value B
+    changed beyond the tolerance first (read, reshaped, by the add's kernel) is where it was made."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _absorbed_then_barely_beyond(a, compiled=False)
+    _absorbed_then_barely_beyond(b, compiled=True)
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first is not None
+    assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
+    assert first["b"]["op"] == "triton_poi_fused_mm_1"
+    assert first["observed"]["op"] == "aten::sum"
+    assert first["pinned_by"] == "position" and first["may_start_earlier"] is False
+    assert "kept the change within the tolerance" in first["note"]

@@ -162,6 +162,10 @@ def _resolve(ref: Ref, *tables: OrderedDict) -> Key:
     return ref[2], ref[1]
 
 
+# Views followed from a value back to the one it shows (a view of a transpose of a reshape ...).
+_VIEW_CHAIN_LIMIT = 8
+
+
 def _put_bounded(table: OrderedDict, key: Key, value: Any) -> None:
     """Insert as newest; drop the oldest entry past the producer window."""
     table.pop(key, None)
@@ -241,6 +245,20 @@ class _Walker:
         if not source:
             return None
         return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)), None)
+
+    def agreed_through_views(self, t: dict[str, Any]) -> Place | None:
+        """The record of A that made `t`'s value, if that value agreed with B's, seen through the
+        views (unpaired, value-preserving records) between it and `t`."""
+        refs = [_ref(t)]
+        for _ in range(_VIEW_CHAIN_LIMIT):
+            key = _resolve(refs[0], self.agreed, self.unknown_producers)
+            if key in self.agreed:
+                return self.agreed[key]
+            entry = self.unknown_producers.get(key)
+            if entry is None or not entry.moves or len(entry.reads) != 1:
+                return None
+            refs = list(entry.reads)
+        return None
 
     def agreed_maker(self, reads: tuple[Ref, ...]) -> Place | None:
         """The record of A whose agreeing output is among `reads`, if one is."""
@@ -405,6 +423,18 @@ class _Comparer:
             tolerance = self._tolerances[key] = self.config.tolerance_for(dtype, op, module, device)
         return tolerance
 
+    def reshaped_input_diffs(self, ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> list[TensorDiff]:
+        """The inputs `diffs` leaves out as of other shapes, where B's kernel reads A's input's
+        elements in another shape: those that disagree (order-free statistics only)."""
+        out: list[TensorDiff] = []
+        for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
+            if _same_elements(ta, tb):
+                tolerance = self.precision.of(ta, ra.get("op") or "", ra.get("m"))
+                result = compare_fingerprints(without_sketch(ta["fp"]), without_sketch(tb["fp"]), tolerance)
+                if not result.ok:
+                    out.append(TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+        return out
+
     def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool,
               rels: list[float] | None = None, passed: list | None = None,
               kernel: bool = False) -> tuple[list[TensorDiff], int]:
@@ -436,6 +466,14 @@ class _Comparer:
             elif passed is not None:
                 passed.append((ta, tb, result))
         return out, compared
+
+
+def _same_elements(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
+    """Tensors of other shapes holding as many elements of one dtype: a kernel reads the buffer A's
+    op reads through a view (`_unsafe_view` of an `mm`'s output)."""
+    fa, fb = ta.get("fp"), tb.get("fp")
+    return (fa is not None and fb is not None and not ta.get("uninit") and not tb.get("uninit")
+            and ta["dt"] == tb["dt"] and ta["sh"] != tb["sh"] and fa.get("n") == fb.get("n"))
 
 
 def _comparable(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
@@ -532,6 +570,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     b_values = ComputedValues(b.path)
     rejected = 0
     alignable_index = -1
+    # The first value B changed after it agreed whose reader's output still agreed (within the tolerance).
+    absorbed: Divergence | None = None
     # A's compiled regions: open ones, and whether any was seen (ops outside them run eagerly in both runs).
     open_regions, seen_regions = 0, False
 
@@ -645,6 +685,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                                                                out_diffs, walker, b_side))
                                     or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
+                if absorbed is None and ra["t"] == OP:
+                    absorbed = _absorbed_change(ra, rb, in_diffs or comparer.reshaped_input_diffs(ra, rb, by_name),
+                                                walker, b_side, by_name)
                 walker.known(ra)
                 b_side.agree(rb)
             continue
@@ -696,6 +739,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             else:
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
+            if absorbed is None and ra["t"] == OP:
+                absorbed = _absorbed_change(ra, rb, in_diffs or (comparer.reshaped_input_diffs(ra, rb, by_name)
+                                                                 if kernel else []), walker, b_side, by_name)
             walker.known(ra)
             b_side.agree(rb)
 
@@ -710,7 +756,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     result.closest_to_noise = comparer.closest
     _count_structure(result, partner, rejected, compiled)
     if result.first is not None:
-        result.first = _unsure_if_barely_beyond(result.first)
+        result.first = _from_an_absorbed_change(_unsure_if_barely_beyond(result.first), absorbed)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
@@ -803,6 +849,43 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
         if made.kernel is None or (kernels_count and (made.foreign or made.read(ta["fp"], tolerance_of(ta)))):
             return True
     return False
+
+
+def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
+                     by_name: bool) -> Divergence | None:
+    """`ra`'s outputs agree though an input differs beyond the tolerance: B changed a value of A's that
+    agreed (with a record only B runs) and `ra` absorbed the change (a small residual branch added to a
+    large stream). Where the difference shows again later, barely, this is where it was made."""
+    if ra["t"] != OP or not in_diffs:
+        return None
+    bad = _worst(in_diffs)
+    if bad.comparison.nonfinite:
+        return None
+    ta, tb = _input_pair(ra, rb, bad, by_name)
+    made_a = walker.agreed_through_views(ta)
+    made_b = b_side.producer(tb) if tb is not None else None
+    if made_a is None or made_b is None or not made_b.only_b or made_b.moves or made_b.place.index == rb["i"]:
+        return None
+    seen = Place.of(ra)
+    # B's record goes on computing at the line of A's op whose value it changed (a pass's node carries
+    # its source); one at the reader's own line is a piece of the reader's decomposition instead.
+    if made_b.place.source != made_a.source or made_a.source == seen.source:
+        return None
+    note = (f"the output of {made_a.op} agrees, but B changes it before {seen.op} (#{seen.index}) reads it: B runs "
+            f"{made_b.describe()} at {made_b.place.source} (#{made_b.place.index}), which A does not; "
+            f"{seen.op}'s output kept the change within the tolerance")
+    return Divergence(_kind(bad), made_a, made_b.place, (made_a,), bad, False, note, observed=seen)
+
+
+def _from_an_absorbed_change(first: Divergence, absorbed: Divergence | None) -> Divergence:
+    """`first`, or where a difference that grew from below the tolerance was made: the value B changed
+    beyond the tolerance before it (`absorbed`), whose reader kept the change within the tolerance."""
+    if absorbed is None or not first.may_start_earlier or absorbed.a.index >= first.a.index:
+        return first
+    shown = first.observed or first.a
+    note = (f"{absorbed.note}; the difference shows beyond the tolerance again at {shown.op} (#{shown.index}) "
+            f"at {shown.source}")
+    return replace(absorbed, worst=first.worst, note=note, observed=shown)
 
 
 def _input_pair(ra: dict, rb: dict, bad: TensorDiff, by_name: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
