@@ -674,6 +674,11 @@ def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(t
     first = report["first_divergence"]
     assert report["verdict"] == "diverged"
     assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:304"), first
+    # The planted kernel read the value that agreed and wrote another at its line: B's first change is
+    # there, and the views and the addmm after it only carry it (H100 Llama's SiLU, GPT-2's residual add).
+    assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm"]
+    assert first["pinned_by"] == "position"
+    assert first["b"]["op"] == "triton_poi_fused_mul_2"
 
 
 def test_a_kernel_named_for_an_op_at_its_line_is_compared_with_it(tmp_path: Path) -> None:

@@ -365,6 +365,10 @@ class _BSide:
             for key in _filed(record, t):
                 _put_bounded(self.agreed, key, True)
 
+    def read_an_agreed_value(self, made: _Made) -> bool:
+        """Did B's record `made` read a value known to agree with A's?"""
+        return any(_resolve(ref, self.agreed, self.producers) in self.agreed for ref in made.reads)
+
     def producer(self, t: dict[str, Any]) -> _Made | None:
         """The record of B that made `t`'s value (through a view: the last write to its base)."""
         return self.producers.get(_resolve(_ref(t), self.producers))
@@ -1000,9 +1004,13 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         seen = Place.of(ra)
         note = (f"{a.op} (#{a.index}) agrees with the record of B paired with it, but B goes on computing at its "
                 f"line: it runs {made.describe()} (#{made.place.index}), which A does not, on its way to "
-                f"{seen.op} (#{seen.index}), where the difference shows; candidates: this op, then A's ops "
-                "without a counterpart after it")
+                f"{seen.op} (#{seen.index}), where the difference shows")
         worst = _worst(diffs)
+        if b_side.read_an_agreed_value(made):
+            # It read a value that agreed and wrote another at that line: B's first change is there.
+            note += "; it read a value that agreed with A's: B changed it there"
+            return Divergence(_kind(worst), a, made.place, (a,), worst, False, note, observed=seen)
+        note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
                           observed=seen)
     return None
