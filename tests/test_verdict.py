@@ -629,7 +629,9 @@ def test_a_kernel_writing_a_layer_norm_pairs_with_the_norm_not_the_add_on_its_li
 
 
 @pytest.mark.parametrize("extern_mm", [False, True], ids=["addmm", "extern-mm-and-bias-kernel"])
-def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(tmp_path: Path, extern_mm: bool) -> None:
+@pytest.mark.parametrize("planted_reads", ["output", "input"])
+def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(tmp_path: Path, extern_mm: bool,
+                                                                               planted_reads: str) -> None:
     """H100, GPT-2's `ln_2` perturbed, narrowed with one kernel per op: a fresh layer norm's weight is 1
     and its bias 0, so B's `x_hat * weight` kernel holds A's layer norm value exactly and paired with it
     by value; the planted `* 1.01` and the bias `add` after it, at the same line, went unpaired, and the
@@ -641,6 +643,7 @@ def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(t
     a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
     t = a.tensor
     a.region("enter", [t("x", x, "in0")])
+    a.op("aten::mul.Tensor", [t("x0", x / 2)], [t("x", x, "0")], src="gpt2.py:300")  # x agrees: it is made
     a.op("aten::native_layer_norm", [t("x", x, "input")], [t("ln", ln, "0")], src="gpt2.py:304", module="Net.ln_2")
     bias = torch.zeros(32)
     a.op("aten::view", [t("ln", ln)], [t("ln2d", ln, "0", base="ln")], src="utils.py:119", module="Net.c_fc")
@@ -653,8 +656,12 @@ def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(t
 
     t = b.tensor
     b.region("enter", [t("x", x, "in0")])
+    b.op("aten::mul.Tensor", [t("x0", x / 2)], [t("x", x, "0")], src="gpt2.py:300")
     kernel("triton_per_fused_native_layer_norm_0", [t("x", x, "in_ptr0")], t("xhat", ln, "out_ptr0"), "gpt2.py:304")
-    kernel("triton_poi_fused_mul_2", [t("xhat", ln, "in_ptr0")], t("planted", ln * 1.01, "out_ptr0"), "gpt2.py:304")
+    # Reading the norm's output, B changed its value; reading its input, it may recompute it (inductor
+    # recomputes a forward op's pieces in a backward graph), and the ops after it stay candidates.
+    read = t("xhat", ln, "in_ptr0") if planted_reads == "output" else t("x", x, "in_ptr0")
+    kernel("triton_poi_fused_mul_2", [read], t("planted", ln * 1.01, "out_ptr0"), "gpt2.py:304")
     kernel("triton_poi_fused_add_3", [t("planted", ln * 1.01, "in_ptr0")], t("ln", ln * 1.01, "out_ptr0"), "gpt2.py:304")
     y = (ln * 1.01) @ w
     if extern_mm:  # an extern `mm` and a kernel named for the `addmm` adding its bias (zero here)
@@ -674,11 +681,14 @@ def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(t
     first = report["first_divergence"]
     assert report["verdict"] == "diverged"
     assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:304"), first
-    # The planted kernel read the value that agreed and wrote another at its line: B's first change is
-    # there, and the views and the addmm after it only carry it (H100 Llama's SiLU, GPT-2's residual add).
-    assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm"]
-    assert first["pinned_by"] == "position"
     assert first["b"]["op"] == "triton_poi_fused_mul_2"
+    if planted_reads == "output":
+        # The planted kernel read the norm's value, which agreed, and wrote another at its line: B's
+        # first change is there; the ops after it only carry it (H100 Llama's SiLU, GPT-2's residual add).
+        assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm"]
+        assert first["pinned_by"] == "position"
+    else:
+        assert len(first["candidates"]) > 1 and first["pinned_by"] is None
 
 
 def test_a_kernel_named_for_an_op_at_its_line_is_compared_with_it(tmp_path: Path) -> None:

@@ -321,7 +321,7 @@ class _BSide:
         self.read_as: OrderedDict[Key, Key] = OrderedDict()
         self._paired = paired  # per alignable record of B: does it have a partner in A?
         self._a_op_lines = a_op_lines  # the ops A computes, by line (`op_line_key`)
-        self.agreed: OrderedDict[Key, bool] = OrderedDict()  # B's values known to agree with A's
+        self.agreed: OrderedDict[Key, int] = OrderedDict()  # B's values known to agree with A's: A's record
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
@@ -359,15 +359,15 @@ class _BSide:
         if content is not None and content in self.by_content:
             _put_bounded(self.read_as, _key(t), self.by_content[content][0])
 
-    def agree(self, record: dict[str, Any]) -> None:
-        """B's `record` was paired with a record of A whose outputs agree: so do its outputs."""
+    def agree(self, record: dict[str, Any], a_index: int) -> None:
+        """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs."""
         for t in record.get("out", ()):
             for key in _filed(record, t):
-                _put_bounded(self.agreed, key, True)
+                _put_bounded(self.agreed, key, a_index)
 
-    def read_an_agreed_value(self, made: _Made) -> bool:
-        """Did B's record `made` read a value known to agree with A's?"""
-        return any(_resolve(ref, self.agreed, self.producers) in self.agreed for ref in made.reads)
+    def read_the_value_of(self, made: _Made, a_index: int) -> bool:
+        """Did B's record `made` read a value that agreed with the output of A's record `a_index`?"""
+        return any(self.agreed.get(_resolve(ref, self.agreed, self.producers)) == a_index for ref in made.reads)
 
     def producer(self, t: dict[str, Any]) -> _Made | None:
         """The record of B that made `t`'s value (through a view: the last write to its base)."""
@@ -693,7 +693,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     absorbed = _absorbed_change(ra, rb, in_diffs or comparer.reshaped_input_diffs(ra, rb, by_name),
                                                 walker, b_side, by_name)
                 walker.known(ra)
-                b_side.agree(rb)
+                b_side.agree(rb, ra["i"])
             continue
         if out_diffs and not in_diffs and carried:
             # Differs only because it reads amplified values: amplified too, not a cause.
@@ -747,7 +747,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 absorbed = _absorbed_change(ra, rb, in_diffs or (comparer.reshaped_input_diffs(ra, rb, by_name)
                                                                  if kernel else []), walker, b_side, by_name)
             walker.known(ra)
-            b_side.agree(rb)
+            b_side.agree(rb, ra["i"])
 
     if sample is not None:
         if result.first is not None:
@@ -1006,9 +1006,10 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
                 f"line: it runs {made.describe()} (#{made.place.index}), which A does not, on its way to "
                 f"{seen.op} (#{seen.index}), where the difference shows")
         worst = _worst(diffs)
-        if b_side.read_an_agreed_value(made):
-            # It read a value that agreed and wrote another at that line: B's first change is there.
-            note += "; it read a value that agreed with A's: B changed it there"
+        if b_side.read_the_value_of(made, a.index):
+            # It read that op's very value (agreed) and wrote another at its line: B changed it there. Not
+            # a piece of the op's decomposition or recomputation: those read the op's inputs.
+            note += f"; it read the value of {a.op} that agreed: B changed it there"
             return Divergence(_kind(worst), a, made.place, (a,), worst, False, note, observed=seen)
         note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
