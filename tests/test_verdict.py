@@ -1080,3 +1080,46 @@ def test_a_change_absorbed_below_the_tolerance_is_where_a_later_barely_beyond_di
     assert first["observed"]["op"] == "aten::sum"
     assert first["pinned_by"] == "position" and first["may_start_earlier"] is False
     assert "kept the change within the tolerance" in first["note"]
+
+
+def _batch_norm_relu(builder: TraceBuilder, compiled: bool) -> None:
+    """x -> sin -> batch norm (a fresh one: the identity) -> relu -> exp. The compiled run decomposes
+    the norm one kernel per op: `x - mean` (pairs with the norm by value), a pass's `* 1.01`, and the
+    bias `add` of zeros, which writes exactly the value it read."""
+    t = builder.tensor
+    s = torch.sin(X)
+    builder.region("enter", [t("x", X, "in0")])
+    if not compiled:
+        builder.op("aten::sin", [t("x", X)], [t("s", s, "0")], src="m.py:11")
+        builder.op("aten::native_batch_norm", [t("s", s, "input")], [t("n", s, "0")], src="m.py:12")
+        builder.op("aten::relu", [t("n", s)], [t("r", s.relu(), "0")], src="m.py:12")
+        r = s.relu()
+    else:
+        n = s * 1.01
+        builder.kernel("cpp_fused_sin_0", [t("x", X, "in_ptr0")], [t("s", s, "out_ptr0")], src="m.py:11",
+                       fuses=["aten::sin"])
+        builder.kernel("cpp_fused_native_batch_norm_1", [t("s", s, "in_ptr0")], [t("c", s, "out_ptr0")], src="m.py:12",
+                       fuses=["aten::sub.Tensor"])
+        builder.kernel("cpp_fused_native_batch_norm_2", [t("c", s, "in_ptr0")], [t("m", n, "out_ptr0")], src="m.py:12",
+                       fuses=["aten::mul.Tensor"])
+        builder.kernel("cpp_fused_native_batch_norm_3", [t("m", n, "in_ptr0"), t("bias", torch.zeros(4), "in_ptr1")],
+                       [t("n", n, "out_ptr0")], src="m.py:12", fuses=["aten::add.Tensor"])
+        builder.kernel("cpp_fused_relu_4", [t("n", n, "in_ptr0")], [t("r", n.relu(), "out_ptr0")], src="m.py:12",
+                       fuses=["aten::relu"])
+        r = n.relu()
+    builder.op("aten::exp", [t("r", r)], [t("e", r.exp(), "0")], src="m.py:13")
+    builder.region("exit", [t("e", r.exp(), "out0")])
+
+
+def test_a_change_behind_a_kernel_that_rewrites_its_input_is_b_s_not_a_crossed_pair(tmp_path: Path) -> None:
+    """CPU CNN with one kernel per op: a pass scaled a batch norm's decomposition; the bias `add` of
+    zeros after it writes exactly what it read, and the `relu` kernel reading that was taken for a
+    crossed pair (B computed A's input: `x - mean`, paired with the norm), so the max-pool after it was
+    reported. Behind a record that rewrites its input, the change B made is still B's."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _batch_norm_relu(a, compiled=False)
+    _batch_norm_relu(b, compiled=True)
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first is not None
+    assert (first["op"], first["source"]) == ("aten::native_batch_norm", "m.py:12"), first["note"]
+    assert [c["op"] for c in first["candidates"]] == ["aten::native_batch_norm"]

@@ -846,11 +846,18 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     there too, from other values."""
     args = {d.arg for d in in_diffs}
     kernels_count = rb["t"] == KERNEL
+
+    def changes(made: _Made, ta: dict[str, Any]) -> bool:
+        return made.only_b and not made.moves and (made.kernel is None or (kernels_count and (
+            made.foreign or made.read(ta["fp"], tolerance_of(ta)))))
+
     for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
         made = b_side.producer(tb) if ta["a"] in args else None
-        if made is None or not made.only_b or made.moves:
+        if made is None:
             continue
-        if made.kernel is None or (kernels_count and (made.foreign or made.read(ta["fp"], tolerance_of(ta)))):
+        # A record writing exactly what it read (a batch norm's weight of ones, bias of zeros) passes
+        # a change on: look behind it, to the records B made the value with.
+        if any(changes(m, ta) for m in (b_side.walk_back(tb) if made.moves else [made])):
             return True
     return False
 
