@@ -23,6 +23,8 @@ on an observable fault), failed runs, and whether the clean run (no fault) match
 Results: bench/out/localize-<device>.md (the table) and .jsonl (one line per
 fault, written as each finishes; `--summarize FILE` tables a run cut short);
 each run's traces and report under bench/out/localize-<device>/ (or --work).
+`--rejudge FILE` judges those saved traces again with the code checked out now,
+without recording (bench/localize/rejudge.py).
 """
 
 from __future__ import annotations
@@ -233,6 +235,8 @@ def main() -> None:
     parser.add_argument("--work", help="where each run's traces go [default: OUT/localize-DEVICE]")
     parser.add_argument("--only", metavar="REGEX", help="only nodes whose 'op file:line' matches, e.g. 'modeling_llama.py:1[0-9][0-9]'")
     parser.add_argument("--summarize", metavar="JSONL", help="print the table of a (possibly cut short) run's results")
+    parser.add_argument("--rejudge", metavar="JSONL", help="judge a run's saved traces again with this checkout's code "
+                        "(no recording), print the table, write JSONL's results next to it as *-rejudged.jsonl")
     args = parser.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
@@ -242,6 +246,9 @@ def main() -> None:
         return
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(ROOT))
+    if args.rejudge:
+        _rejudge(Path(args.rejudge))
+        return
     import models
 
     names = [m for m in args.models.split(",") if m]
@@ -278,6 +285,17 @@ def main() -> None:
     text = header + "\n" + summarize(results) + "\n"
     (Path(args.out) / f"localize-{device}.md").write_text(text)
     print(text)
+
+
+def _rejudge(path: Path) -> None:
+    from rejudge import rejudge_file
+    from tracediff.config import load_config
+
+    started = time.monotonic()
+    results = rejudge_file(path, load_config(None), score, log)
+    path.with_name(f"{path.stem}-rejudged.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    print(f"Re-judged {path} with this checkout's code ({time.monotonic() - started:.0f} s)\n")
+    print(summarize(results))
 
 
 def _torch_version() -> str:

@@ -112,8 +112,11 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
 
 
 def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_args: list[str], config: Config,
-           run_dir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
-    """Return `report` with its first divergence narrowed (or annotated why not)."""
+           run_dir: Path, echo: Callable[[str], None],
+           record: Callable[..., RunResult] | None = None) -> dict[str, Any]:
+    """Return `report` with its first divergence narrowed (or annotated why not). `record` runs the script
+    as `launcher.record_in_subprocess` (the default) does; another one re-judges recordings already made."""
+    record = record or record_in_subprocess
     first = report["first_divergence"]
     candidates = first["candidates"]
     if len(candidates) > 1:
@@ -123,7 +126,7 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         echo("tracediff: the difference grew from below the tolerance, perhaps inside fused kernels; "
              "re-running with one kernel per op to see where it was made")
     trace = run_dir / f"{trace_name('c', runs[1].backend)}-unfused.jsonl"
-    rerun = record_in_subprocess(
+    rerun = record(
         script, script_args, backend=runs[1].backend, trace=trace, seed=config.seed, exact=config.exact,
         fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, materialize=True,
     )
@@ -145,7 +148,8 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
     narrowing["result"] = outcome.result
     if outcome.result == "vanished":
         float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', runs[0].backend)}-float64.jsonl"
-        effect = _fusion_effect(first, runs[0], float64_trace, bool(noise_trace), script, script_args, config, echo)
+        effect = _fusion_effect(first, runs[0], float64_trace, bool(noise_trace), script, script_args, config, echo,
+                                record)
         narrowing.update(fusion_effect=effect.effect, fusion_evidence=dict(effect.as_dict(), float64_trace=str(float64_trace)))
         return _annotate(report, narrowing, _vanished_note(effect))
     assert found is not None
@@ -187,12 +191,13 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
 
 
 def _fusion_effect(first: dict[str, Any], run_a: RunResult, float64_trace: Path, recorded: bool, script: Path,
-                   script_args: list[str], config: Config, echo: Callable[[str], None]) -> FusionEffect:
+                   script_args: list[str], config: Config, echo: Callable[[str], None],
+                   record: Callable[..., RunResult]) -> FusionEffect:
     """Precision or wrong result: judged against a float64 run of the reference (`recorded`: calibration's)."""
     if not recorded:
         echo("tracediff: the runs match without fusion; re-running the reference in float64 to tell precision "
              "from a wrong result")
-        run = record_in_subprocess(
+        run = record(
             script, script_args, backend=run_a.backend, trace=float64_trace, seed=config.seed, exact=config.exact,
             fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=True,
         )
