@@ -689,9 +689,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                                                                out_diffs, walker, b_side))
                                     or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
-                if absorbed is None and ra["t"] == OP:
-                    absorbed = _absorbed_change(ra, rb, in_diffs or comparer.reshaped_input_diffs(ra, rb, by_name),
-                                                walker, b_side, by_name)
+                absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
                 walker.known(ra)
                 b_side.agree(rb, ra["i"])
             continue
@@ -743,9 +741,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             else:
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
-            if absorbed is None and ra["t"] == OP:
-                absorbed = _absorbed_change(ra, rb, in_diffs or (comparer.reshaped_input_diffs(ra, rb, by_name)
-                                                                 if kernel else []), walker, b_side, by_name)
+            absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
             walker.known(ra)
             b_side.agree(rb, ra["i"])
 
@@ -788,8 +784,7 @@ def _unsure_if_barely_beyond(d: Divergence) -> Divergence:
     if comparison.nonfinite or comparison.times_allowed >= _BARELY_BEYOND:
         return d
     note = (f"{d.note}; the difference is barely beyond the tolerance ({comparison.times_allowed:.2g}x what "
-            "it allows) and no op was seen making it: it may have grown from a difference below the "
-            "tolerance, made earlier")
+            "it allows): it may have grown from differences below the tolerance, made earlier")
     return replace(d, may_start_earlier=True, note=note)
 
 
@@ -862,12 +857,16 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     return False
 
 
-def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
-                     by_name: bool) -> Divergence | None:
+def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: bool, comparer: _Comparer,
+                     walker: _Walker, b_side: _BSide, by_name: bool) -> Divergence | None:
     """`ra`'s outputs agree though an input differs beyond the tolerance: B changed a value of A's that
     agreed (with a record only B runs) and `ra` absorbed the change (a small residual branch added to a
-    large stream). Where the difference shows again later, barely, this is where it was made."""
-    if ra["t"] != OP or not in_diffs:
+    large stream). Where the difference shows again later, barely, this is where it was made. With a
+    kernel, inputs read in another shape count too (`in_diffs` leaves them out)."""
+    if ra["t"] != OP:
+        return None
+    in_diffs = in_diffs or (comparer.reshaped_input_diffs(ra, rb, by_name) if kernel else [])
+    if not in_diffs:
         return None
     bad = _worst(in_diffs)
     if bad.comparison.nonfinite:
