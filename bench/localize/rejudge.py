@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
+from tracediff.errors import ExitCode
 from tracediff.report.build import build_report
 from tracediff.run.launcher import RunResult
 from tracediff.run.narrow import narrow, needs_narrowing
@@ -33,7 +34,7 @@ def saved_recordings(run_dir: Path) -> Callable[..., RunResult]:
             return RunResult(backend, saved, saved.with_suffix(".log"), 0, False, 0.0)
         log = run_dir / "rejudge.log"
         log.write_text(f"{trace.name} was not recorded by the benchmark run\n")
-        return RunResult(backend, saved, log, 2, False, 0.0)  # `failure()` says: the log's last line
+        return RunResult(backend, saved, log, ExitCode.USAGE, False, 0.0)  # `failure()`: the log's last line
 
     return record
 
