@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -1032,6 +1033,16 @@ def test_a_kernel_a_pass_inserted_after_an_op_of_its_kind_is_b_s_change_not_a_cr
     assert first["observed"]["op"] == "aten::exp"
 
 
+def _eager_against_inductor(tmp_path: Path, build: Callable[[TraceBuilder, bool], None]) -> dict:
+    """The first divergence of `build`'s eager trace against its compiled one (`build(builder, compiled)`)."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    build(a, False)
+    build(b, True)
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first is not None
+    return first
+
+
 def _absorbed_then_barely_beyond(builder: TraceBuilder, compiled: bool) -> None:
     """y = x @ W (line 20), z = r + y.view(16) (line 21, r large), w = z * 3 (line 22), sum (line 23).
     The compiled run scales y by 1.01 with a kernel of its own at line 20, which the residual add keeps
@@ -1070,11 +1081,7 @@ def test_a_change_absorbed_below_the_tolerance_is_where_a_later_barely_beyond_di
     """H100 Llama with one kernel per op: down_proj's `mm` scaled 1% by a kernel of the pass, the residual
     add kept it within the tolerance, and it showed again, barely beyond, a layer later. The value B
     changed beyond the tolerance first (read, reshaped, by the add's kernel) is where it was made."""
-    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
-    _absorbed_then_barely_beyond(a, compiled=False)
-    _absorbed_then_barely_beyond(b, compiled=True)
-    first = _report(a.close(), b.close())["first_divergence"]
-    assert first is not None
+    first = _eager_against_inductor(tmp_path, _absorbed_then_barely_beyond)
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert first["observed"]["op"] == "aten::sum"
@@ -1116,10 +1123,6 @@ def test_a_change_behind_a_kernel_that_rewrites_its_input_is_b_s_not_a_crossed_p
     zeros after it writes exactly what it read, and the `relu` kernel reading that was taken for a
     crossed pair (B computed A's input: `x - mean`, paired with the norm), so the max-pool after it was
     reported. Behind a record that rewrites its input, the change B made is still B's."""
-    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
-    _batch_norm_relu(a, compiled=False)
-    _batch_norm_relu(b, compiled=True)
-    first = _report(a.close(), b.close())["first_divergence"]
-    assert first is not None
+    first = _eager_against_inductor(tmp_path, _batch_norm_relu)
     assert (first["op"], first["source"]) == ("aten::native_batch_norm", "m.py:12"), first["note"]
     assert [c["op"] for c in first["candidates"]] == ["aten::native_batch_norm"]
