@@ -8,7 +8,8 @@ saved fused trace is diffed against the eager reference; where the verdict asks
 for narrowing, the one-kernel-per-op trace the run saved is used (and the
 float64 trace, where one was saved). A verdict that needs a recording the run
 did not make scores `failed`, with the reason: re-run the benchmark for it.
-Whether a fault is observable comes from the recording and is kept.
+Whether a fault is observable is judged again from the results the run saved
+(observe.py), where they are still there; otherwise it is kept.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from observe import float32_tolerance, output_difference
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
@@ -37,6 +39,15 @@ def saved_recordings(run_dir: Path) -> Callable[..., RunResult]:
         return RunResult(backend, saved, log, ExitCode.USAGE, False, 0.0)  # `failure()`: the log's last line
 
     return record
+
+
+def with_observability(result: dict[str, Any], config: Config) -> dict[str, Any]:
+    """`result` with whether its fault is observable judged again, where the run's saved results are there."""
+    a_file, b_file = Path(result.get("reference_results") or ""), Path(result["dir"]) / "b.pt"
+    if result.get("plant") is None or not (a_file.is_file() and b_file.is_file()):
+        return result
+    difference = output_difference(a_file, b_file, float32_tolerance(config, result.get("device", "cpu")))
+    return dict(result, difference=difference, observable=difference is not None and difference["statistics"] > 1)
 
 
 def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:
@@ -68,7 +79,7 @@ def rejudge_file(path: Path, config: Config, score: Callable[[dict[str, Any]], s
     results = []
     for line in path.read_text().splitlines():
         before = json.loads(line)
-        after = rejudge(before, config)
+        after = rejudge(with_observability(before, config), config)
         if after.get("outcome") != "failed" or before.get("outcome") == "failed":
             after["outcome"] = score(after)
         if after["outcome"] != before.get("outcome"):

@@ -10,8 +10,11 @@ is drawn (every node when there are fewer), and for each one the script is
 recorded with that node's output scaled by 1.01 and diffed against one eager
 recording, exactly as `tracediff run` does (run/pipeline.run_against,
 narrowing included). A fault counts when it is observable: the program's
-results differ beyond the tolerance, judged element by element against each
-tensor's magnitude, not by tracediff's fingerprints.
+results differ beyond the tolerance as tracediff defines it (the sum, l1, l2,
+max and L2 distance of each result against rtol times its scale), computed
+exactly on the saved results, not from tracediff's fingerprints. Faults that
+move a few elements by more than rtol * max|x| while the whole stays within
+the tolerance are counted apart ("elements only"): no fingerprint can see them.
 
 Backends: `aot_eager` (fault planted in AOT autograd's graphs by a custom backend),
 `inductor` (planted through inductor's config; the backend is plain inductor),
@@ -138,6 +141,7 @@ def run_fault(job: dict[str, Any]) -> dict[str, Any]:
 
 def worker(job: dict[str, Any]) -> None:
     """In the worker process: record the faulty backend and diff it against the reference, as `run` does."""
+    from observe import float32_tolerance, output_difference
     from tracediff.config import load_config
     from tracediff.run.launcher import RunResult
     from tracediff.run.pipeline import run_against
@@ -154,26 +158,11 @@ def worker(job: dict[str, Any]) -> None:
                   narrowing=(first.get("narrowing") or {}).get("result"), notes=report.get("notes", []),
                   pinned_by=first.get("pinned_by"),
                   nan_origin=[side for side, place in (report.get("nan_origin") or {}).items() if place],
-                  observable=observable(Path(job["reference_results"]), work / "b.pt", config, job["device"]))
+                  difference=output_difference(Path(job["reference_results"]), work / "b.pt",
+                                               float32_tolerance(config, job["device"])))
+    result["observable"] = None if result["difference"] is None else result["difference"]["statistics"] > 1
     result["outcome"] = score(result)
     (work / "result.json").write_text(json.dumps(result, indent=1))
-
-
-def observable(a_file: Path, b_file: Path, config: Any, device: str) -> bool | None:
-    """Do the program's results differ beyond the tolerance? Judged element by element against each
-    tensor's magnitude (max |a - b| > rtol * max |a| + atol), independently of tracediff's fingerprints."""
-    import torch
-
-    if not b_file.exists():
-        return None
-    tolerance = config.tolerance_for("float32", "", None, "cuda" if device.startswith("cuda") else "cpu")
-    for a, b in zip(torch.load(a_file), torch.load(b_file)):
-        if a.shape != b.shape or not torch.equal(a.isfinite(), b.isfinite()):
-            return True
-        finite = a.isfinite()
-        if finite.any() and ((a - b)[finite].abs().max() > tolerance.rtol * a[finite].abs().max() + tolerance.atol):
-            return True
-    return False
 
 
 def score(result: dict[str, Any]) -> str:
@@ -196,29 +185,37 @@ def score(result: dict[str, Any]) -> str:
 COLUMNS = ("exact", "among", "wrong", "false_match", "failed", "unobservable")
 
 
+def elements_only(result: dict[str, Any]) -> bool:
+    """Unobservable, though some element moved by more than rtol * max |x| (observe.output_difference)."""
+    return result["outcome"] == "unobservable" and (result.get("difference") or {}).get("elements", 0) > 1
+
+
 def summarize(results: list[dict[str, Any]]) -> str:
-    rows = ["| model | backend | observable | exact | among candidates | wrong | false match | failed | unobservable | clean run |",
+    rows = ["| model | backend | observable | exact | among candidates | wrong | false match | failed | unobservable "
+            "(elements only) | clean run |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    totals = {c: 0 for c in COLUMNS}
+    totals = {c: 0 for c in (*COLUMNS, "elements_only")}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["model"], r["backend"]), []).append(r)
     for (model, backend), rs in groups.items():
         counts = {c: sum(r["outcome"] == c for r in rs) for c in COLUMNS}
-        for c in COLUMNS:
+        counts["elements_only"] = sum(elements_only(r) for r in rs)
+        for c in totals:
             totals[c] += counts[c]
         clean = [r["outcome"] for r in rs if r.get("plant") is None]
         nan = any(r.get("nan_origin") for r in rs if r.get("plant") is None)
         observed = counts["exact"] + counts["among"] + counts["wrong"] + counts["false_match"]
         rows.append(f"| {model} | {backend} | {observed} | {counts['exact']} | {counts['among']} | {counts['wrong']} | "
-                    f"{counts['false_match']} | {counts['failed']} | {counts['unobservable']} | "
+                    f"{counts['false_match']} | {counts['failed']} | {counts['unobservable']} "
+                    f"({counts['elements_only']}) | "
                     f"{'match' if clean == ['clean_match'] else ('FALSE ALARM' if clean else '-')}"
                     f"{' (NaN/Inf origin reported)' if nan else ''} |")
     observed = totals["exact"] + totals["among"] + totals["wrong"] + totals["false_match"]
     if observed:
         rows.append(f"| **all** | | {observed} | {totals['exact']} ({100 * totals['exact'] / observed:.0f}%) | "
                     f"{totals['among']} | {totals['wrong']} | {totals['false_match']} | {totals['failed']} | "
-                    f"{totals['unobservable']} | |")
+                    f"{totals['unobservable']} ({totals['elements_only']}) | |")
     return "\n".join(rows)
 
 

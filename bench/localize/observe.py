@@ -1,0 +1,50 @@
+"""Is a planted fault observable? The program's results with and without it, compared exactly."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from tracediff.config import Config, Tolerance
+
+
+def float32_tolerance(config: Config, device: str) -> Tolerance:
+    return config.tolerance_for("float32", "", None, "cuda" if device.startswith("cuda") else "cpu")
+
+
+def output_difference(a_file: Path, b_file: Path, tolerance: Tolerance) -> dict[str, float] | None:
+    """How far the program's results differ, in multiples of what the float32 tolerance allows, computed
+    exactly on the saved tensors (not from tracediff's fingerprints):
+
+      statistics  the tolerance as tracediff defines it (diff/compare.py): the sum, l1, l2 and max of
+                  each result and the L2 distance ||a - b|| against rtol times their scale (as
+                  torch._dynamo.utils.same judges by RMSE); over 1: the fault is observable
+      elements    element by element against the tensor's magnitude (max |a - b| against
+                  rtol * max |a| + atol): over 1 while `statistics` is not means a few elements moved
+                  by less than the tolerance lets the whole tensor move, which no fingerprint can see
+
+    None when the faulty run saved no results."""
+    if not b_file.exists():
+        return None
+    rtol, atol = tolerance.rtol, tolerance.atol
+    worst = {"statistics": 0.0, "elements": 0.0}
+    for a, b in zip(torch.load(a_file, map_location="cpu"), torch.load(b_file, map_location="cpu")):
+        if a.shape != b.shape or not torch.equal(a.isfinite(), b.isfinite()):
+            return {"statistics": math.inf, "elements": math.inf}
+        finite = a.isfinite()
+        a, b = a[finite].double(), b[finite].double()
+        if not a.numel():
+            continue
+        n = a.numel()
+        l1, l2 = max(a.abs().sum(), b.abs().sum()), max(a.norm(), b.norm())
+        top = max(a.abs().max(), b.abs().max())
+        statistics = ((a.sum() - b.sum()).abs() / (rtol * l1 + atol * n),
+                      (a.abs().sum() - b.abs().sum()).abs() / (rtol * l1 + atol * n),
+                      (a.norm() - b.norm()).abs() / (rtol * l2 + atol * math.sqrt(n)),
+                      (a.abs().max() - b.abs().max()).abs() / (rtol * top + atol),
+                      (a - b).norm() / (rtol * l2 + atol * math.sqrt(n)))
+        worst["statistics"] = max(worst["statistics"], *(float(x) for x in statistics))
+        worst["elements"] = max(worst["elements"], float((a - b).abs().max() / (rtol * a.abs().max() + atol)))
+    return worst
