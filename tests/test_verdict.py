@@ -1126,3 +1126,41 @@ def test_a_change_behind_a_kernel_that_rewrites_its_input_is_b_s_not_a_crossed_p
     first = _eager_against_inductor(tmp_path, _batch_norm_relu)
     assert (first["op"], first["source"]) == ("aten::native_batch_norm", "m.py:12"), first["note"]
     assert [c["op"] for c in first["candidates"]] == ["aten::native_batch_norm"]
+
+
+def _padded_head_then_exp(builder: TraceBuilder, compiled: bool) -> None:
+    """y = addmm(b, h, W) and its log_softmax (line 30), exp (line 31). The compiled run's extern addmm
+    writes y padded with a zero column; a kernel named `addmm_sub` (its origins: the slice of that
+    padding, then `y - max`) reads it whole; the compiled exp is 1% off."""
+    t = builder.tensor
+    h, w, bias = torch.linspace(-1, 1, 6).reshape(2, 3), torch.linspace(0.5, 1.5, 9).reshape(3, 3), torch.ones(3)
+    y = torch.addmm(bias, h, w)
+    shifted = y - y.amax(-1, keepdim=True)
+    lsm = torch.log_softmax(y, -1)
+    builder.region("enter", [t("h", h, "in0")])
+    if not compiled:
+        builder.op("aten::addmm", [t("bias", bias), t("h", h, "mat1"), t("w", w, "mat2")], [t("y", y, "0")],
+                   src="m.py:30")
+        builder.op("aten::_log_softmax", [t("y", y)], [t("lsm", lsm, "0")], src="m.py:30")
+        e = lsm.exp()
+    else:
+        padded = torch.cat([y, torch.zeros(2, 1)], 1)
+        builder.op("aten::addmm.out", [t("bias", bias), t("h", h, "mat1"), t("w", w, "mat2")],
+                   [t("padded", padded, "out")], src="m.py:30")
+        builder.kernel("triton_poi_fused_addmm_sub_1", [t("padded", padded, "in_ptr0"),
+                                                        t("max", y.amax(-1, keepdim=True), "in_ptr1")],
+                       [t("shifted", shifted, "out_ptr0")], src="m.py:30", fuses=["aten::slice.Tensor", "aten::sub.Tensor"])
+        builder.kernel("triton_poi_fused__log_softmax_2", [t("shifted", shifted, "in_ptr0")], [t("lsm", lsm, "out_ptr0")],
+                       src="m.py:30", fuses=["aten::log", "aten::sub.Tensor"])
+        e = lsm.exp() * 1.01
+    builder.op("aten::exp", [t("lsm", lsm)], [t("e", e, "0")], src="m.py:31")
+    builder.region("exit", [t("e", e, "out0")])
+
+
+def test_a_kernel_named_for_an_op_that_reads_the_op_s_whole_output_does_not_compute_it(tmp_path: Path) -> None:
+    """H100 MLP training step, one kernel per op: `triton_poi_fused_addmm_sub` (origins: the slice of the
+    head `addmm`'s padded output, and `y - max`) was paired with eager's `addmm` on its name and shape and
+    reported as changing it, pinned by value, while the planted fault sat in the backward. A kernel that
+    reads A's op's output whole consumes that value: it is not where the op was computed."""
+    first = _eager_against_inductor(tmp_path, _padded_head_then_exp)
+    assert (first["op"], first["source"]) == ("aten::exp", "m.py:31"), first["note"]
