@@ -135,6 +135,13 @@ def test_a_fault_in_a_compiled_backward_is_named_at_its_forward_line(run_fixture
     _, records = read_trace(Path(first["narrowing"]["trace"]))
     backward = [r for r in records if r["t"] == "kernel" and "tanh_backward" in r["name"]]
     assert backward and all(r["fuses"] and r["src"] for r in backward)
+    # The backward graph's extern calls too (aten::mm.out of each weight gradient): the line inductor's
+    # provenance gives, not the forward line of the autograd node running the whole compiled backward.
+    _, fused = read_trace(Path(report["traces"][1]))
+    lines = {r["src"] for r in fused if r["t"] == "op" and r.get("bw") and r["op"] == "aten::mm.out"}
+    fc2_line = 1 + (FIXTURES / "backward_fault.py").read_text().splitlines().index("        return F.log_softmax(self.fc2(h), dim=-1)  # its output is saved for the backward")
+    assert lines == {f"backward_fault.py:{marker_line('backward_fault.py', 'divergent line')}",
+                     f"backward_fault.py:{fc2_line}"}, lines
 
 
 @pytest.mark.slow

@@ -443,11 +443,11 @@ class TraceRecorder(TorchDispatchMode):
         return result
 
     def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
-        source, fx = self.sources.find(sys._getframe(2))
+        source, fx, from_compiled_graph = self.sources.find(sys._getframe(2))
         node = torch._C._current_autograd_node()
         if node is None:
             self.backward_sources.forward_op(source)
-        elif fx is None:  # an eager backward op: named by the forward line that made its node
+        elif fx is None and not from_compiled_graph:  # an eager backward op: named by the forward line that made its node
             source = self.backward_sources.of(node) or source
         modules = self.modules
         # Module hooks do not run inside compiled code: fall back to the region's module.

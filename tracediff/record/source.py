@@ -94,8 +94,10 @@ class SourceFinder:
             self._kind[code] = kind
         return kind
 
-    def find(self, frame: FrameType | None) -> tuple[SourceLocation | None, FxNodeInfo | None]:
-        """(user source location, FX node info if inside a compiled graph)."""
+    def find(self, frame: FrameType | None) -> tuple[SourceLocation | None, FxNodeInfo | None, bool]:
+        """(user source location, FX node info if inside a compiled graph, whether the location came
+        from a compiled graph's own record of its lines: FX node meta or inductor provenance, which
+        name the forward line of a backward graph's ops already)."""
         fx: FxNodeInfo | None = None
         while frame is not None:
             code = frame.f_code
@@ -104,18 +106,18 @@ class SourceFinder:
                 frame = frame.f_back
                 continue
             if kind == _USER:
-                return self._location(code, frame.f_lineno), fx
+                return self._location(code, frame.f_lineno), fx, False
             if kind == _GENERATED:
                 location = self._generated[code.co_filename](frame.f_lineno)
                 if location is not None:
-                    return location, fx
+                    return location, fx, True
             elif fx is None:  # _FX
                 fx = self._fx_node_info(frame)
                 if fx is not None and fx.source is not None:
-                    return fx.source, fx
+                    return fx.source, fx, True
             # generated or FX code without an answer: an internal frame, as before
             frame = frame.f_back
-        return None, fx
+        return None, fx, False
 
     def _location(self, code: Any, line: int) -> SourceLocation:
         """The source line (cached: one object per code object and line)."""
