@@ -12,7 +12,7 @@ from tests.conftest import marker_line
 from tests.synth import TraceBuilder
 from tracediff.diff.fusion import PRECISION, UNKNOWN, WRONG_RESULT, judge
 from tracediff.record.fingerprint import fingerprint
-from tracediff.run.narrow import judge_unfused, needs_narrowing, runs_generated_kernels
+from tracediff.run.narrow import feeds_a_candidate, judge_unfused, needs_narrowing, runs_generated_kernels
 
 # -- when to narrow: from B's trace, not the backend's name ------------------------------
 
@@ -139,6 +139,32 @@ def test_one_computing_op_before_the_fused_ones_is_taken() -> None:
     embedding = _cand(3, "aten::embedding")
     outcome = judge_unfused(_found(embedding, inputs_agree=True), FUSED, _moves)
     assert (outcome.result, outcome.pinned, outcome.pinned_by) == ("earlier", embedding, "value")
+
+
+def test_one_computing_op_feeding_a_fused_candidate_is_taken() -> None:
+    # H100, HF GPT-2 training step: a pass scaled the `mm` of attention's `c_proj`, and inductor fused the
+    # scaling with the residual add and `ln_2` (whose kernel also recomputes the embeddings: candidates
+    # before it). The fused run saw c_proj's own output agree; unfused, B's change right after it shows.
+    fused = [_cand(3, "aten::embedding"), *FUSED]
+    c_proj = _cand(14, "aten::addmm")
+    assert judge_unfused(_found(c_proj), fused, _moves).result == "moved"
+    outcome = judge_unfused(_found(c_proj), fused, _moves, feeds=lambda index: index == 14)
+    assert (outcome.result, outcome.pinned, outcome.pinned_by) == ("earlier", c_proj, "position")
+    unsettled = dict(_found(c_proj), may_start_earlier=True)
+    assert judge_unfused(unsettled, fused, _moves, feeds=lambda index: index == 14).pinned is None
+
+
+def _record(index: int, reads: list[int], writes: list[int]) -> dict[str, Any]:
+    return {"i": index, "in": [{"id": i, "v": 0} for i in reads], "out": [{"id": i, "v": 0} for i in writes]}
+
+
+def test_a_value_read_by_a_fused_candidate_through_a_view_feeds_it() -> None:
+    records = {14: _record(14, [1], [5]), 16: _record(16, [5], [6]), 17: _record(17, [6, 2], [7]),
+               18: _record(18, [7], [8]), 19: _record(19, [8], [9]), 3: _record(3, [0], [2])}
+    assert feeds_a_candidate(records, FUSED, _moves, 14)  # 16 is a view of its output, 17 reads that
+    assert not feeds_a_candidate(records, FUSED, _moves, 19)  # the last candidate feeds none after it
+    records[16] = _record(16, [4], [6])
+    assert not feeds_a_candidate(records, FUSED, _moves, 14)
 
 
 def test_the_one_op_both_runs_hold_is_pinned() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -1043,11 +1044,12 @@ def _eager_against_inductor(tmp_path: Path, build: Callable[[TraceBuilder, bool]
     return first
 
 
-def _absorbed_then_barely_beyond(builder: TraceBuilder, compiled: bool) -> None:
+def _absorbed_then_barely_beyond(builder: TraceBuilder, compiled: bool, zero_bias: bool = False) -> None:
     """y = x @ W (line 20), z = r + y.view(16) (line 21, r large), w = z * 3 (line 22), sum (line 23).
     The compiled run scales y by 1.01 with a kernel of its own at line 20, which the residual add keeps
     within the tolerance, and w by 1 + 1.2e-4 with an op of its own at line 22: the sum reads a value
-    barely beyond the tolerance (1.5 times what it allows)."""
+    barely beyond the tolerance (1.5 times what it allows). `zero_bias`: a kernel adding a bias of
+    zeros to the scaled y follows the scaling one (it writes what it read)."""
     t = builder.tensor
     x, r = torch.linspace(0.1, 0.2, 16).reshape(4, 4), torch.linspace(50, 60, 16)
     y = x @ torch.eye(4)
@@ -1068,7 +1070,12 @@ def _absorbed_then_barely_beyond(builder: TraceBuilder, compiled: bool) -> None:
         builder.op("aten::mm.out", [t("x", x), t("eye", torch.eye(4), "mat2")], [t("y", y, "0")], src="m.py:20")
         builder.kernel("triton_poi_fused_mm_1", [t("y", y, "in_ptr0")], [t("y2", y2, "out_ptr0")], src="m.py:20",
                        fuses=["aten::mul.Tensor"])
-        builder.kernel("triton_poi_fused__unsafe_view_add_2", [t("r", r, "in_ptr0"), t("y2", y2, "in_ptr1")],
+        scaled = "y2"
+        if zero_bias:
+            builder.kernel("triton_poi_fused_mm_3", [t("zeros", torch.zeros(4), "in_ptr0"), t("y2", y2, "in_ptr1")],
+                           [t("y2b", y2, "out_ptr0")], src="m.py:20", fuses=["aten::add.Tensor"])
+            scaled = "y2b"
+        builder.kernel("triton_poi_fused__unsafe_view_add_2", [t("r", r, "in_ptr0"), t(scaled, y2, "in_ptr1")],
                        [t("z", z, "out_ptr0")], src="m.py:21", fuses=["aten::reshape", "aten::add.Tensor"])
         builder.op("aten::mul.Tensor", [t("z", z)], [t("w2", w2, "0")], src="m.py:22")
         builder.op("aten::mul.Tensor", [t("w2", w2)], [t("w", w, "0")], src="m.py:22")
@@ -1086,6 +1093,16 @@ def test_a_change_absorbed_below_the_tolerance_is_where_a_later_barely_beyond_di
     assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert first["observed"]["op"] == "aten::sum"
     assert first["pinned_by"] == "position" and first["may_start_earlier"] is False
+    assert "kept the change within the tolerance" in first["note"]
+
+
+def test_a_change_absorbed_behind_a_kernel_writing_what_it_read_is_where_it_was_made(tmp_path: Path) -> None:
+    """H100 GPT-2 training step, one kernel per op: a pass's `mul` after attention's `c_proj` mm, then the
+    bias `add` of zeros (a kernel writing exactly what it read), then the residual add that kept the change
+    within the tolerance. The change was made by the `mul` behind the bias kernel (before: none named)."""
+    first = _eager_against_inductor(tmp_path, partial(_absorbed_then_barely_beyond, zero_bias=True))
+    assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
+    assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert "kept the change within the tolerance" in first["note"]
 
 

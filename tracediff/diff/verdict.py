@@ -891,6 +891,10 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
     ta, tb = _input_pair(ra, rb, bad, by_name)
     made_a = walker.agreed_through_views(ta)
     made_b = b_side.producer(tb) if tb is not None else None
+    if made_b is not None and made_b.moves and tb is not None:
+        # A record writing exactly what it read (the bias `add` of zeros after a pass's `mul`) passes the
+        # change on: B made it with the last record behind it that computes.
+        made_b = next((m for m in reversed(b_side.walk_back(tb)) if not m.moves), None)
     if made_a is None or made_b is None or not made_b.only_b or made_b.moves or made_b.place.index == rb["i"]:
         return None
     seen = Place.of(ra)

@@ -23,6 +23,7 @@ kernel per op (record/materialize) and diff again:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,10 +78,12 @@ class Outcome:
     shared: bool = False  # judged by the computing ops both runs' candidates hold
 
 
-def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], moves: Callable[[int], bool]) -> Outcome:
+def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], moves: Callable[[int], bool],
+                  feeds: Callable[[int], bool] = lambda _index: False) -> Outcome:
     """Compare the unfused run's first divergence (`found`) with the fused candidates.
 
     `moves(index)`: does A's record at `index` only move or widen values (never the one to blame)?
+    `feeds(index)`: does it write a value a fused candidate reads (through candidate views)?
     """
     if found is None:
         return Outcome("vanished")
@@ -94,7 +97,11 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     # position alone pins nothing then.
     settled = not found.get("may_start_earlier")
     if not set(indices) <= fused_indices:
-        if len(computing) == 1 and computing[0]["index"] < min(fused_indices) and settled:
+        # Before every fused candidate, or feeding one: the fused run saw that op's own output agree
+        # and the change B made right after it inside the kernel (HF GPT-2: a pass's `mul` after
+        # attention's `c_proj` mm, fused with the residual add and `ln_2`, within the tolerance there).
+        if len(computing) == 1 and settled and (computing[0]["index"] < min(fused_indices)
+                                                or feeds(computing[0]["index"])):
             return Outcome("earlier", computing[0], by, indices)
         # The unfused run names one of the fused kernel's ops, and holds ops after the kernel as candidates
         # too (a difference within the tolerance for a while shows a few ops later): the op to blame is
@@ -109,6 +116,25 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     if len(computing) == 1 and settled:
         return Outcome("pinned", computing[0], by, indices)
     return Outcome("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
+
+
+def feeds_a_candidate(records: dict[int, dict[str, Any]], fused: list[dict[str, Any]], moves: Callable[[int], bool],
+                      index: int) -> bool:
+    """Does A's record at `index` write a value that one of the `fused` candidates reads, directly or
+    through candidates that only move values (a view)? `records`: A's records by index."""
+    record = records.get(index)
+    if record is None:
+        return False
+    values = {(t.get("id"), t.get("v")) for t in record.get("out", ())}
+    for candidate in sorted(fused, key=lambda c: c["index"]):
+        read = records.get(candidate["index"])
+        if read is None or candidate["index"] <= index:
+            continue
+        if any((t.get("id"), t.get("v")) in values for t in read.get("in", ())):
+            if not moves(candidate["index"]):
+                return True
+            values |= {(t.get("id"), t.get("v")) for t in read.get("out", ())}
+    return False
 
 
 def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_args: list[str], config: Config,
@@ -144,7 +170,11 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         return _annotate(report, narrowing, f"narrowing failed ({e})")
     found = unfused.get("first_divergence")
     records = records_at(runs[0].trace, {c["index"] for c in [*candidates, *((found or {}).get("candidates") or [])]})
-    outcome = judge_unfused(found, candidates, lambda i: i in records and preserves_values(records[i]))
+
+    def moves(index: int) -> bool:
+        return index in records and preserves_values(records[index])
+
+    outcome = judge_unfused(found, candidates, moves, partial(feeds_a_candidate, records, candidates, moves))
     narrowing["result"] = outcome.result
     if outcome.result == "vanished":
         float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', runs[0].backend)}-float64.jsonl"
