@@ -1181,3 +1181,36 @@ def test_a_kernel_named_for_an_op_that_reads_the_op_s_whole_output_does_not_comp
     reads A's op's output whole consumes that value: it is not where the op was computed."""
     first = _eager_against_inductor(tmp_path, _padded_head_then_exp)
     assert (first["op"], first["source"]) == ("aten::exp", "m.py:31"), first["note"]
+
+
+def test_a_backward_value_computed_out_of_order_does_not_leave_the_ops_between_unpaired(tmp_path: Path) -> None:
+    """CPU and H100 MLP training steps: the compiled backward computes a weight gradient's `mm` after the
+    layer norm's backward, eager autograd before it. Paired by its value (the alignment is monotone), it
+    left every backward op in between without a partner, and the candidates were all of them."""
+    from tracediff.diff.align import OP_TIER, align
+    from tracediff.diff.skeleton import build_skeleton
+
+    grad = torch.linspace(-1, 1, 16).reshape(4, 4)
+    steps = [("aten::tanh_backward", "m.py:3"), ("aten::native_layer_norm_backward", "m.py:4"),
+             ("aten::gelu_backward", "m.py:5"), ("aten::mm", "m.py:5"), ("aten::sum.dim_IntList", "m.py:5")]
+
+    def build(builder: TraceBuilder, compiled: bool) -> None:
+        t = builder.tensor
+
+        def weight_grad() -> None:
+            builder.op("aten::mm", [t("g", grad)], [t("wg", grad @ grad.T, "0")], src="m.py:2", bw=True)
+
+        builder.op("aten::mul.Tensor", [t("x", X)], [t("g", grad, "0")], src="m.py:1", bw=True)
+        if not compiled:
+            weight_grad()
+        for k, (op, src) in enumerate(steps):  # the compiled run's are 1% off: a fault before them
+            value = (grad + k).cos() * (1.01 if compiled else 1.0)
+            builder.op(op, [t("g", grad)], [t(f"p{k}", value, "0")], src=src, bw=True)
+        if compiled:
+            weight_grad()
+
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    build(a, False)
+    build(b, True)
+    partner, tier = align(build_skeleton(a.close()), build_skeleton(b.close()))
+    assert [(partner[i], tier[i]) for i in range(2, 7)] == [(j, OP_TIER) for j in range(1, 6)], list(partner)

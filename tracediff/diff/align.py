@@ -24,7 +24,10 @@ Three tiers, each refining the gaps the previous one left:
    in its last op.
 
 Every tier runs `align_sequences`, near-linear on mostly-equal inputs, so the
-whole is too. Pairs are monotone in both traces.
+whole is too. Pairs are monotone in both traces. A compiled backward runs some
+ops in another order than eager autograd; a value pair there that stands
+between a stretch only B ran and one only A ran is tried without, and dropped
+where that pairs more records by value or op (at most _PIVOT_TRIALS refinements).
 """
 
 from __future__ import annotations
@@ -94,6 +97,58 @@ SHAPE_TIER = 3  # pairs made on output shapes alone: weak evidence, checked in t
 
 def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     """For each alignable record of `a`: the index of its partner in `b` (or -1), and the tier that paired it."""
+    value_pairs = _value_pairs(a, b)
+    partner, tier = _refined(value_pairs, a, b)
+    # A compiled backward runs some ops in another order than eager autograd (a weight gradient's `mm`
+    # after the layer norm's backward): pairing that one value, the alignment being monotone, leaves
+    # every op between without a partner. Where a backward value pair stands between a stretch only B
+    # ran and a stretch only A ran, try without it, and keep whichever pairs more records by op or
+    # value. Not in a forward: there such stretches are fusions and decompositions, in order.
+    tried: set[tuple[int, int]] = set()
+    while len(tried) < _PIVOT_TRIALS:
+        pivot = next((p for p in _pivots(partner, tier, len(b))
+                      if p not in tried and (a.backward[p[0]] or b.backward[p[1]])), None)
+        if pivot is None:
+            break
+        tried.add(pivot)
+        without = [p for p in value_pairs if p != pivot]
+        trial = _refined(without, a, b)
+        if _strong_pairs(trial[1]) > _strong_pairs(tier):
+            value_pairs, (partner, tier) = without, trial
+    return partner, tier
+
+
+# Value pairs tried without (each costs one refinement of the whole alignment), and the stretches
+# of unpaired records on each side that make one a pivot.
+_PIVOT_TRIALS = 16
+_PIVOT_STRETCH = 3
+
+
+def _pivots(partner: array, tier: bytearray, len_b: int) -> list[tuple[int, int]]:
+    """Value pairs (i, j) with at least _PIVOT_STRETCH unpaired records of one trace just before them
+    and of the other just after: the mark of one value computed at another place in the order."""
+    paired = [(i, j) for i, j in enumerate(partner) if j >= 0]
+    pivots = []
+    for k, (i, j) in enumerate(paired):
+        if tier[i] != VALUE_TIER:
+            continue
+        ip, jp = paired[k - 1] if k else (-1, -1)
+        i_next, j_next = paired[k + 1] if k + 1 < len(paired) else (len(partner), len_b)
+        b_before, a_before = j - jp - 1, i - ip - 1
+        a_after, b_after = i_next - i - 1, j_next - j - 1
+        if (b_before >= _PIVOT_STRETCH and a_after >= _PIVOT_STRETCH) or (
+                a_before >= _PIVOT_STRETCH and b_after >= _PIVOT_STRETCH):
+            pivots.append((i, j))
+    return pivots
+
+
+def _strong_pairs(tier: bytearray) -> int:
+    """Records paired by value or by op (not by shapes alone)."""
+    return sum(1 for t in tier if t in (VALUE_TIER, OP_TIER))
+
+
+def _value_pairs(a: Skeleton, b: Skeleton) -> Pairs:
+    """Records computing the same value, in order: over the whole traces, then inside each gap."""
     # Records without a value get keys that match nothing (regions have their identity as value).
     # Values with their max first: where a sum cancels, a residual add and the layer norm of it
     # can share the coarser key, and the kernel writing the norm must pair with the norm.
@@ -104,7 +159,11 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
         return ([a.value[i] if a.has_value[i] else ("a", i) for i in range(a0, a1)],
                 [b.value[j] if b.has_value[j] else ("b", j) for j in range(b0, b1)])
 
-    pairs = _refine(pairs, len(a), len(b), value_keys)
+    return _refine(pairs, len(a), len(b), value_keys)
+
+
+def _refined(pairs: Pairs, a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
+    """`pairs` (by value) refined by op, name and shapes inside the gaps they leave: partners and tiers."""
 
     def primary_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
         return a.primary[a0:a1], b.primary[b0:b1]

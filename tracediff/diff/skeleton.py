@@ -132,6 +132,7 @@ class Skeleton:
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
     is_region: bytearray = field(default_factory=bytearray)
+    backward: bytearray = field(default_factory=bytearray)  # run by autograd's backward (the record's `bw`)
     op_lines: set[int] = field(default_factory=set)  # `op_line_key`s of its ops and kernels
     regions: int = 0
     ops: int = 0
@@ -154,6 +155,7 @@ def build_skeleton(path: str | Path) -> Skeleton:
         if not alignable(record):
             continue
         skeleton.is_region.append(record["t"] == REGION)
+        skeleton.backward.append(bool(record.get("bw")))
         primary, signature, value, fine, named = keys_of(record)
         skeleton.primary.append(primary)
         skeleton.signature.append(signature)
