@@ -49,3 +49,12 @@ def test_a_recording_the_run_did_not_make_fails_with_its_reason(tmp_path: Path) 
     (tmp_path / "c-inductor-unfused.jsonl").write_text("{}\n")
     saved = record(Path("target.py"), [], backend="inductor", trace=Path("/elsewhere/c-inductor-unfused.jsonl"))
     assert saved.ok and saved.trace == tmp_path / "c-inductor-unfused.jsonl"
+
+
+def test_a_run_that_failed_before_its_verdict_stays_failed(tmp_path: Path) -> None:
+    results = tmp_path / "localize-cpu.jsonl"
+    failed = {"model": "cnn", "backend": "inductor", "dir": str(tmp_path), "reference": str(tmp_path / "a.jsonl"),
+              "plant": "0:1:1.01", "outcome": "failed", "detail": "ImportError"}
+    results.write_text(json.dumps(failed) + "\n")
+    [after] = rejudge_file(results, Config(), score, lambda _line: None)
+    assert after["outcome"] == "failed" and after["detail"] == "ImportError"

@@ -166,10 +166,10 @@ def worker(job: dict[str, Any]) -> None:
 
 
 def score(result: dict[str, Any]) -> str:
+    if result.get("verdict") in (None, "failed"):  # the run never got to a verdict (`detail` says why)
+        return "failed"
     if result.get("plant") is None:
         return "clean_match" if result["verdict"] == "match" else "false_alarm"
-    if result["verdict"] == "failed":
-        return "failed"
     if not result["observable"]:
         return "unobservable"
     if result["verdict"] == "match":
