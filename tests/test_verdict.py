@@ -1214,3 +1214,40 @@ def test_a_backward_value_computed_out_of_order_does_not_leave_the_ops_between_u
     build(b, True)
     partner, tier = align(build_skeleton(a.close()), build_skeleton(b.close()))
     assert [(partner[i], tier[i]) for i in range(2, 7)] == [(j, OP_TIER) for j in range(1, 6)], list(partner)
+
+
+def _gelu_recomputed_in_backward(builder: TraceBuilder, compiled: bool) -> None:
+    """g = gelu(x) (line 33), a gradient gr (line 35), the layer norm's backward of gr at g (line 34), its sum
+    (line 36). The compiled backward recomputes gelu from x with a kernel of its own and computes the layer
+    norm's backward in two kernels (half the product, then twice that), the second 1% off (the fault)."""
+    t = builder.tensor
+    g, gr = torch.nn.functional.gelu(X), X.cos()
+    dx = gr * g
+    builder.region("enter", [t("x", X, "in0")])
+    if not compiled:
+        builder.op("aten::gelu", [t("x", X)], [t("g", g, "0")], src="m.py:33")
+        builder.op("aten::cos", [t("x", X)], [t("gr", gr, "0")], src="m.py:35", bw=True)
+        builder.op("aten::native_layer_norm_backward", [t("gr", gr, "grad_out"), t("g", g, "input")],
+                   [t("dx", dx, "0")], src="m.py:34", bw=True)
+    else:
+        builder.kernel("cpp_fused_gelu_0", [t("x", X, "in_ptr0")], [t("g", g, "out_ptr0")], src="m.py:33",
+                       fuses=["aten::gelu"])
+        builder.op("aten::cos", [t("x", X)], [t("gr", gr, "0")], src="m.py:35", bw=True)
+        builder.kernel("cpp_fused_gelu_1", [t("x", X, "in_ptr0")], [t("g2", g, "out_ptr0")], src="m.py:33",
+                       fuses=["aten::mul.Tensor"])
+        half = gr * g * 0.5
+        builder.kernel("cpp_fused_native_layer_norm_backward_2", [t("gr", gr, "in_ptr0"), t("g2", g, "in_ptr1")],
+                       [t("p", half, "out_ptr0")], src="m.py:34", fuses=["aten::mul.Tensor"])
+        dx = half * 2 * 1.01
+        builder.kernel("cpp_fused_native_layer_norm_backward_3", [t("p", half, "in_ptr0")],
+                       [t("dx", dx, "out_ptr0")], src="m.py:34", fuses=["aten::mul.Tensor"])
+    builder.op("aten::sum", [t("dx", dx)], [t("s", dx.sum(), "0")], src="m.py:36")
+    builder.region("exit", [t("s", dx.sum(), "out0")])
+
+
+def test_a_forward_op_recomputed_in_a_compiled_backward_is_not_where_b_changed_a_value(tmp_path: Path) -> None:
+    """CPU MLP training step: inductor recomputes `gelu` in the compiled backward (kernels only B runs, at
+    gelu's line), and a fault in the layer norm's backward was named at `gelu`: B "went on computing at
+    its line". Those kernels write anew the value that agreed: a recomputation, not a change."""
+    first = _eager_against_inductor(tmp_path, _gelu_recomputed_in_backward)
+    assert (first["op"], first["source"]) == ("aten::native_layer_norm_backward", "m.py:34"), first["note"]

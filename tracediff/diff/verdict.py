@@ -297,6 +297,7 @@ class _Made:
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
     read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs: the fingerprints of what it read
+    wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
 
     def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
         """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
@@ -322,6 +323,7 @@ class _BSide:
         self._paired = paired  # per alignable record of B: does it have a partner in A?
         self._a_op_lines = a_op_lines  # the ops A computes, by line (`op_line_key`)
         self.agreed: OrderedDict[Key, int] = OrderedDict()  # B's values known to agree with A's: A's record
+        self.agreed_contents: OrderedDict[tuple, int] = OrderedDict()  # the same, by content
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
@@ -339,7 +341,8 @@ class _BSide:
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
                              preserves_values(record) or rewrites_an_input(record), only_b=only_b,
                              foreign=op_line_key(record) not in self._a_op_lines,
-                             read_values=tuple(t["fp"] for t in record.get("in", ()) if t.get("fp")) if only_b else ())
+                             read_values=tuple(t["fp"] for t in record.get("in", ()) if t.get("fp")) if only_b else (),
+                             wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else ())
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -364,6 +367,14 @@ class _BSide:
         for t in record.get("out", ()):
             for key in _filed(record, t):
                 _put_bounded(self.agreed, key, a_index)
+            content = _content(t)
+            if content is not None:
+                _put_bounded(self.agreed_contents, content, a_index)
+
+    def recomputes(self, made: _Made) -> bool:
+        """Does B's record `made` (one only B runs) write exactly a value that agreed with one of A's? Then it
+        recomputes that value (inductor recomputes a forward `gelu` inside a compiled backward)."""
+        return any(content in self.agreed_contents for content in made.wrote)
 
     def read_the_value_of(self, made: _Made, a_index: int) -> bool:
         """Did B's record `made` read a value that agreed with the output of A's record `a_index`?"""
@@ -1022,8 +1033,12 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     if tb is None:
         return None
     lines = {c.source for c in candidates}
-    for made in b_side.walk_back(tb):  # oldest first: the first change on B's way to `ra`
-        if not made.only_b or made.moves or made.place.source in lines:
+    made_in_b = b_side.walk_back(tb)
+    # At a line where B's records compute anew a value that agreed (not rewrite one they read: a weight of
+    # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
+    recomputed = {m.place.source for m in made_in_b if not m.moves and b_side.recomputes(m)}
+    for made in made_in_b:  # oldest first: the first change on B's way to `ra`
+        if not made.only_b or made.moves or made.place.source in lines or made.place.source in recomputed:
             continue
         a = walker.agreed_computing_at(made.place.source)
         if a is None or a.index > candidates[0].index:
