@@ -1216,10 +1216,11 @@ def test_a_backward_value_computed_out_of_order_does_not_leave_the_ops_between_u
     assert [(partner[i], tier[i]) for i in range(2, 7)] == [(j, OP_TIER) for j in range(1, 6)], list(partner)
 
 
-def _gelu_recomputed_in_backward(builder: TraceBuilder, compiled: bool) -> None:
+def _gelu_recomputed_in_backward(builder: TraceBuilder, compiled: bool, fault: str = "norm_backward") -> None:
     """g = gelu(x) (line 33), a gradient gr (line 35), the layer norm's backward of gr at g (line 34), its sum
     (line 36). The compiled backward recomputes gelu from x with a kernel of its own and computes the layer
-    norm's backward in two kernels (half the product, then twice that), the second 1% off (the fault)."""
+    norm's backward in two kernels (half the product, then twice that). `fault`: `norm_backward` (the
+    second of those 1% off) or `recompute` (a kernel at gelu's line scales the recomputed value 1%)."""
     t = builder.tensor
     g, gr = torch.nn.functional.gelu(X), X.cos()
     dx = gr * g
@@ -1235,10 +1236,16 @@ def _gelu_recomputed_in_backward(builder: TraceBuilder, compiled: bool) -> None:
         builder.op("aten::cos", [t("x", X)], [t("gr", gr, "0")], src="m.py:35", bw=True)
         builder.kernel("cpp_fused_gelu_1", [t("x", X, "in_ptr0")], [t("g2", g, "out_ptr0")], src="m.py:33",
                        fuses=["aten::mul.Tensor"])
+        recomputed = "g2"
+        if fault == "recompute":
+            builder.kernel("cpp_fused_gelu_4", [t("g2", g, "in_ptr0")], [t("g3", g * 1.01, "out_ptr0")],
+                           src="m.py:33", fuses=["aten::mul.Tensor"])
+            g, recomputed = g * 1.01, "g3"
         half = gr * g * 0.5
-        builder.kernel("cpp_fused_native_layer_norm_backward_2", [t("gr", gr, "in_ptr0"), t("g2", g, "in_ptr1")],
+        builder.kernel("cpp_fused_native_layer_norm_backward_2",
+                       [t("gr", gr, "in_ptr0"), t(recomputed, g, "in_ptr1")],
                        [t("p", half, "out_ptr0")], src="m.py:34", fuses=["aten::mul.Tensor"])
-        dx = half * 2 * 1.01
+        dx = half * 2 * (1.01 if fault == "norm_backward" else 1.0)
         builder.kernel("cpp_fused_native_layer_norm_backward_3", [t("p", half, "in_ptr0")],
                        [t("dx", dx, "out_ptr0")], src="m.py:34", fuses=["aten::mul.Tensor"])
     builder.op("aten::sum", [t("dx", dx)], [t("s", dx.sum(), "0")], src="m.py:36")
@@ -1251,3 +1258,12 @@ def test_a_forward_op_recomputed_in_a_compiled_backward_is_not_where_b_changed_a
     its line". Those kernels write anew the value that agreed: a recomputation, not a change."""
     first = _eager_against_inductor(tmp_path, _gelu_recomputed_in_backward)
     assert (first["op"], first["source"]) == ("aten::native_layer_norm_backward", "m.py:34"), first["note"]
+
+
+def test_a_change_made_to_a_recomputed_value_is_named_at_its_op(tmp_path: Path) -> None:
+    """H100 MLP training step: the fault scaled the compiled backward's recomputation of `gelu`; the layer
+    norm's backward reading it was pinned. A record reading B's recomputed value (which holds exactly what
+    A's op wrote) and writing another at that op's line is where B changed it."""
+    first = _eager_against_inductor(tmp_path, partial(_gelu_recomputed_in_backward, fault="recompute"))
+    assert (first["op"], first["source"]) == ("aten::gelu", "m.py:33"), first["note"]
+    assert first["b"]["op"] == "cpp_fused_gelu_4"

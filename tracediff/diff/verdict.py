@@ -298,6 +298,7 @@ class _Made:
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
     read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs: the fingerprints of what it read
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
+    read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
 
     def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
         """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
@@ -342,7 +343,9 @@ class _BSide:
                              preserves_values(record) or rewrites_an_input(record), only_b=only_b,
                              foreign=op_line_key(record) not in self._a_op_lines,
                              read_values=tuple(t["fp"] for t in record.get("in", ()) if t.get("fp")) if only_b else (),
-                             wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else ())
+                             wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else (),
+                             read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
+                             if only_b else ())
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -375,6 +378,11 @@ class _BSide:
         """Does B's record `made` (one only B runs) write exactly a value that agreed with one of A's? Then it
         recomputes that value (inductor recomputes a forward `gelu` inside a compiled backward)."""
         return any(content in self.agreed_contents for content in made.wrote)
+
+    def read_a_recomputed_value_of(self, made: _Made, a_index: int) -> bool:
+        """Did B's record `made` read a value holding exactly what A's record `a_index` wrote (a value B
+        recomputed: no key of B's agreed with it, its content did)?"""
+        return any(self.agreed_contents.get(content) == a_index for content in made.read_contents)
 
     def read_the_value_of(self, made: _Made, a_index: int) -> bool:
         """Did B's record `made` read a value that agreed with the output of A's record `a_index`?"""
@@ -1038,20 +1046,25 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
     recomputed = {m.place.source for m in made_in_b if not m.moves and b_side.recomputes(m)}
     for made in made_in_b:  # oldest first: the first change on B's way to `ra`
-        if not made.only_b or made.moves or made.place.source in lines or made.place.source in recomputed:
+        if not made.only_b or made.moves or made.place.source in lines:
             continue
         a = walker.agreed_computing_at(made.place.source)
         if a is None or a.index > candidates[0].index:
+            continue
+        # After a recomputation, a record reading the recomputed value and writing another changes it.
+        changes_recomputed = not b_side.recomputes(made) and b_side.read_a_recomputed_value_of(made, a.index)
+        if made.place.source in recomputed and not changes_recomputed:
             continue
         seen = Place.of(ra)
         note = (f"{a.op} (#{a.index}) agrees with the record of B paired with it, but B goes on computing at its "
                 f"line: it runs {made.describe()} (#{made.place.index}), which A does not, on its way to "
                 f"{seen.op} (#{seen.index}), where the difference shows")
         worst = _worst(diffs)
-        if b_side.read_the_value_of(made, a.index):
+        if b_side.read_the_value_of(made, a.index) or changes_recomputed:
             # It read that op's very value (agreed) and wrote another at its line: B changed it there. Not
             # a piece of the op's decomposition or recomputation: those read the op's inputs.
-            note += f"; it read the value of {a.op} that agreed: B changed it there"
+            note += (f"; it read B's recomputation of {a.op}'s value, which agreed: B changed it there"
+                     if changes_recomputed else f"; it read the value of {a.op} that agreed: B changed it there")
             return Divergence(_kind(worst), a, made.place, (a,), worst, False, note, observed=seen)
         note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
