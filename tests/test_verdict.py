@@ -1267,3 +1267,49 @@ def test_a_change_made_to_a_recomputed_value_is_named_at_its_op(tmp_path: Path) 
     first = _eager_against_inductor(tmp_path, partial(_gelu_recomputed_in_backward, fault="recompute"))
     assert (first["op"], first["source"]) == ("aten::gelu", "m.py:33"), first["note"]
     assert first["b"]["op"] == "cpp_fused_gelu_4"
+
+
+def _scaled_then_read_transposed(builder: TraceBuilder, compiled: bool) -> None:
+    """y = g @ W (line 36) and its sum (line 36); z = y.t() @ h (line 35). The compiled run scales y by 1.01
+    with a kernel of its own at line 36, and its extern `mm` reads the scaled buffer through a transposed
+    `reinterpret_tensor` (a tensor no record made, its fingerprint summed in another order)."""
+    t = builder.tensor
+    gen = torch.Generator().manual_seed(3)
+    g, w, h = (torch.randn(*shape, generator=gen) for shape in ((96, 10), (10, 64), (96, 32)))
+    y = g @ w
+    builder.region("enter", [t("g", g, "in0")])
+    builder.op("aten::mm.out" if compiled else "aten::mm", [t("g", g), t("w", w, "mat2")], [t("y", y, "0")],
+               src="m.py:36")
+    builder.op("aten::sum", [t("y", y)], [t("s", y.sum(), "0")], src="m.py:36")
+    if compiled:
+        y = y * 1.01
+        builder.kernel("cpp_fused_mm_1", [t("y", y / 1.01, "in_ptr0")], [t("y2", y, "out_ptr0")], src="m.py:36",
+                       fuses=["aten::mul.Tensor"])
+        builder.op("aten::mm.out", [t("y2_t", y.t()), t("h", h, "mat2")], [t("z", y.t() @ h, "0")], src="m.py:35")
+    else:
+        builder.op("aten::t", [t("y", y)], [t("yt", y.t(), "0", base="y")], src="m.py:35")
+        builder.op("aten::mm", [t("yt", y.t()), t("h", h, "mat2")], [t("z", y.t() @ h, "0")], src="m.py:35")
+    builder.region("exit", [t("z", y.t() @ h, "out0")])
+
+
+def test_a_change_read_through_a_transposed_buffer_is_named_at_the_op_whose_value_it_read(tmp_path: Path) -> None:
+    """CPU MLP training step: a pass's `mul` scaled the head's grad-input `mm` in the compiled backward, and
+    the next extern `mm` read it through a transposed `reinterpret_tensor`, whose fingerprint, summed in
+    another order, differs in its last digits from the kernel's: the walk back through B found no
+    producer (the candidates were the ops at the next line), then named the last op at the line (`sum`)."""
+    first = _eager_against_inductor(tmp_path, _scaled_then_read_transposed)
+    assert (first["op"], first["index"], first["source"]) == ("aten::mm", 1, "m.py:36"), first["note"]
+
+
+def test_a_buffer_read_transposed_holds_the_content_its_kernel_wrote() -> None:
+    """The same values summed in another order (a transposed `reinterpret_tensor`) differ in their sums'
+    last float32 digits; their content (what the walk back through B matches on) is the same."""
+    from tracediff.diff.verdict import _content
+    from tracediff.record.fingerprint import fingerprint
+
+    gen = torch.Generator().manual_seed(3)
+    y = torch.randn(96, 10, generator=gen) @ torch.randn(10, 64, generator=gen)
+    written, read = fingerprint(y), fingerprint(y.t())
+    assert (written["sum"], written["l1"]) != (read["sum"], read["l1"])  # the premise: other sums
+    assert _content({"dt": "float32", "fp": written}) == _content({"dt": "float32", "fp": read})
+    assert _content({"dt": "float32", "fp": written}) != _content({"dt": "float32", "fp": fingerprint(y * 1.0001)})

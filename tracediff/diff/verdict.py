@@ -124,12 +124,20 @@ def _key(t: dict[str, Any]) -> Key:
 
 
 def _content(t: dict[str, Any]) -> tuple | None:
-    """A tensor's content as its fingerprint states it exactly (a reinterpreting view keeps it);
-    None where it says too little to tell values apart (no fingerprint, all zeros)."""
+    """A tensor's content as its fingerprint states it: exact in what no order of summation changes (dtype,
+    element count, max), to 7 digits in its sums, which a reinterpreting view (a transposed
+    `reinterpret_tensor` of a kernel's buffer) sums in another order; None where it says too little to
+    tell values apart (no fingerprint, all zeros)."""
     fp = t.get("fp")
     if not fp or not fp.get("l1"):
         return None
-    return t.get("dt"), fp.get("n"), fp.get("sum"), fp["l1"], fp.get("l2"), fp.get("max")
+    l1 = fp["l1"]
+    return (t.get("dt"), fp.get("n"), fp.get("max"), round(fp.get("sum", 0.0) / l1, _CONTENT_DIGITS),
+            float(f"{l1:.{_CONTENT_DIGITS}g}"), float(f"{fp.get('l2', 0.0):.{_CONTENT_DIGITS}g}"))
+
+
+# Digits of a content's sums that a reordered summation keeps (float32 sums in float64 pairwise: ~1e-7).
+_CONTENT_DIGITS = 7
 
 
 def _ref(t: dict[str, Any]) -> Ref:
@@ -239,6 +247,10 @@ class _Walker:
         places = [e.place for e in self.unknown_producers.values() if e.place.source == source and not e.moves]
         places += [p for p in self.agreed.values() if p.source == source and not only_moves(p.op)]
         return max(places, key=lambda p: p.index, default=None)
+
+    def agreed_place(self, index: int) -> Place | None:
+        """A's record `index`, if its output agreed (and is still remembered)."""
+        return next((p for p in reversed(self.agreed.values()) if p.index == index), None)
 
     def agreed_computing_at(self, source: str | None) -> Place | None:
         """A's latest record at `source` that computes and whose output agreed with B's."""
@@ -386,7 +398,12 @@ class _BSide:
 
     def read_the_value_of(self, made: _Made, a_index: int) -> bool:
         """Did B's record `made` read a value that agreed with the output of A's record `a_index`?"""
-        return any(self.agreed.get(_resolve(ref, self.agreed, self.producers)) == a_index for ref in made.reads)
+        return a_index in self.agreed_values_read(made)
+
+    def agreed_values_read(self, made: _Made) -> list[int]:
+        """The records of A whose outputs agreed with values B's record `made` read."""
+        found = (self.agreed.get(_resolve(ref, self.agreed, self.producers)) for ref in made.reads)
+        return [a_index for a_index in found if a_index is not None]
 
     def producer(self, t: dict[str, Any]) -> _Made | None:
         """The record of B that made `t`'s value (through a view: the last write to its base)."""
@@ -767,7 +784,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if candidates and all(c.moves for c in candidates):
                 # Views cannot change a value: if B changed it with records only B ran, name those.
                 made_in_b = b_side.walk_back(tb) if tb is not None else []
-                result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, made_in_b)
+                result.first = (_made_in_b_behind_views(ra, rb, in_diffs, candidates, walker, made_in_b, b_side)
                                 or _carried_by_views(ra, rb, candidates, out_diffs or in_diffs, walker, made_in_b)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             elif candidates:
@@ -970,8 +987,15 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
                       observed=seen)
 
 
+def _op_read_at_its_line(made: _Made, walker: _Walker, b_side: _BSide) -> Place | None:
+    """The op of A at B's record `made`'s own line whose agreed value `made` read (the `mm` a pass's `mul`
+    scales, not the `sum` of that `mm` computed at the same line after it)."""
+    read = (walker.agreed_place(i) for i in b_side.agreed_values_read(made))
+    return next((p for p in read if p is not None and p.source == made.place.source and not only_moves(p.op)), None)
+
+
 def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], views: list[_Produced], walker: _Walker,
-                            made_in_b: list[_Made]) -> Divergence | None:
+                            made_in_b: list[_Made], b_side: _BSide) -> Divergence | None:
     """An input differs and only views of A stand between it and values that agree.
 
     A view cannot change a value, so B changed it, with records only B ran (a
@@ -985,7 +1009,8 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
     if not computing:
         return None
     changed = computing[-1]
-    a = walker.counterpart(changed.op, changed.place.source) or walker.computing_at(changed.place.source)
+    a = (_op_read_at_its_line(changed, walker, b_side) or walker.counterpart(changed.op, changed.place.source)
+         or walker.computing_at(changed.place.source))
     if a is None and changed.place.source is not None and changed.place.source == ra.get("src"):
         # B changed it at `ra`'s own line: inside `ra`'s decomposition (a kernel of SiLU's `1 + exp(-x)`,
         # read by the kernel paired with A's `silu`), so `ra` itself computes differently.
@@ -1048,7 +1073,11 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     for made in made_in_b:  # oldest first: the first change on B's way to `ra`
         if not made.only_b or made.moves or made.place.source in lines:
             continue
-        a = walker.agreed_computing_at(made.place.source)
+        # The op of A whose agreed value it read, at its line (the `mm` before a pass's `mul`), else the
+        # latest op of A at its line whose output agreed. Not where B recomputes at that line: there reading
+        # the value of one op (`addmm`) is a step of recomputing the next (`gelu(fc1(x))`, one line).
+        read_there = None if made.place.source in recomputed else _op_read_at_its_line(made, walker, b_side)
+        a = read_there or walker.agreed_computing_at(made.place.source)
         if a is None or a.index > candidates[0].index:
             continue
         # After a recomputation, a record reading the recomputed value and writing another changes it.
@@ -1060,11 +1089,12 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
                 f"line: it runs {made.describe()} (#{made.place.index}), which A does not, on its way to "
                 f"{seen.op} (#{seen.index}), where the difference shows")
         worst = _worst(diffs)
-        if b_side.read_the_value_of(made, a.index) or changes_recomputed:
+        read_its_value = b_side.read_the_value_of(made, a.index)
+        if read_its_value or changes_recomputed:
             # It read that op's very value (agreed) and wrote another at its line: B changed it there. Not
             # a piece of the op's decomposition or recomputation: those read the op's inputs.
-            note += (f"; it read B's recomputation of {a.op}'s value, which agreed: B changed it there"
-                     if changes_recomputed else f"; it read the value of {a.op} that agreed: B changed it there")
+            note += (f"; it read the value of {a.op} that agreed: B changed it there" if read_its_value
+                     else f"; it read B's recomputation of {a.op}'s value, which agreed: B changed it there")
             return Divergence(_kind(worst), a, made.place, (a,), worst, False, note, observed=seen)
         note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
