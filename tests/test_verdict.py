@@ -1313,3 +1313,63 @@ def test_a_buffer_read_transposed_holds_the_content_its_kernel_wrote() -> None:
     assert (written["sum"], written["l1"]) != (read["sum"], read["l1"])  # the premise: other sums
     assert _content({"dt": "float32", "fp": written}) == _content({"dt": "float32", "fp": read})
     assert _content({"dt": "float32", "fp": written}) != _content({"dt": "float32", "fp": fingerprint(y * 1.0001)})
+
+
+def _rotary_then_rms_norm(builder: TraceBuilder, compiled: bool, fault: float = 1.01) -> None:
+    """Llama's layer 0, one kernel per op: eager computes the rotary embedding (six values, lines 117-121)
+    before the RMSNorm (lines 64-66) and q/k projections (140-141); inductor schedules the rotary kernels
+    after the projections, and a pass scales the RMSNorm's `mul` at line 65 by `fault` in a kernel of its own."""
+    t = builder.tensor
+    gen = torch.Generator().manual_seed(0)
+    h, wq, wk = torch.randn(4, 16, generator=gen), torch.randn(16, 16, generator=gen), torch.randn(16, 16, generator=gen)
+    inv, pos, w = 1.0 / 10000 ** (torch.arange(0, 16, 2) / 16), torch.arange(4.0), torch.linspace(0.5, 1.5, 16)
+    freqs = pos[:, None] * inv[None, :]
+    emb = torch.cat([freqs, freqs], -1)
+    # (op, name, value, line, the name of the value it reads)
+    rotary = [("exp", "ie", inv.exp(), 117, "inv"), ("log", "il", inv.log(), 117, "inv"),
+              ("mul.Tensor", "freqs", freqs, 118, "pos"), ("cat", "emb", emb, 119, "freqs"),
+              ("cos", "cos", emb.cos(), 120, "emb"), ("sin", "sin", emb.sin(), 121, "emb")]
+    var = h.pow(2).mean(-1, keepdim=True)
+    n = h * torch.rsqrt(var + 1e-6)
+    norm = [("pow.Tensor_Scalar", "p", h.pow(2), 64, "h"), ("mean.dim", "var", var, 64, "p"),
+            ("add.Tensor", "ve", var + 1e-6, 65, "var"), ("rsqrt", "r", torch.rsqrt(var + 1e-6), 65, "ve"),
+            ("mul.Tensor", "n", n, 65, "r")]
+    if compiled:
+        n = n * fault
+        norm.append(("mul.Tensor", "nf", n, 65, "n"))
+    y = w * n
+    norm.append(("mul.Tensor", "y", y, 66, norm[-1][1]))
+    cos, sin = emb.cos(), emb.sin()
+    q, k = y @ wq, y @ wk
+    later = [("mm", "q", q, 140, "y"), ("mm", "k", k, 141, "y"),
+             ("add.Tensor", "qe", q * cos + q * sin, 147, "q"), ("add.Tensor", "ke", k * cos + k * sin, 148, "k")]
+    values = {"h": h, "inv": inv, "pos": pos} | {name: value for _, name, value, _, _ in rotary + norm + later}
+
+    def run(steps: list[tuple[str, str, torch.Tensor, int, str]]) -> None:
+        for op, name, value, line, read in steps:
+            if compiled and op != "mm":
+                builder.kernel(f"triton_poi_fused_{op.split('.')[0]}_{name}", [t(read, values[read], "in_ptr0")],
+                               [t(name, value, "out_ptr0")], src=f"llama.py:{line}", fuses=["aten::" + op])
+            else:
+                builder.op("aten::" + op, [t(read, values[read])], [t(name, value, "0")], src=f"llama.py:{line}")
+
+    builder.region("enter", [t("h", h, "in0"), t("pos", pos, "in1"), t("inv", inv, "in2")])
+    run(norm + later[:2] + rotary + later[2:] if compiled else rotary + norm + later)
+    builder.region("exit", [t("out", (values["qe"] * values["ke"]).sum().reshape(1), "out0")])
+
+
+def test_a_change_after_work_inductor_scheduled_later_is_named_where_it_was_made(tmp_path: Path) -> None:
+    """H100 Llama with one kernel per op: the rotary embedding's six values, paired first, left the RMSNorm
+    and projections after them in A without partners (B ran them before), and the fault in the RMSNorm
+    was reported at the rotary `add` of line 147, the change among eleven candidates."""
+    first = _eager_against_inductor(tmp_path, _rotary_then_rms_norm)
+    assert (first["op"], first["source"]) == ("aten::mul.Tensor", "llama.py:65"), first["note"]
+    assert [c["source"] for c in first["candidates"]] == ["llama.py:65"]
+
+
+def test_work_inductor_scheduled_later_is_no_divergence(tmp_path: Path) -> None:
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _rotary_then_rms_norm(a, False, fault=1.0)
+    _rotary_then_rms_norm(b, True, fault=1.0)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]

@@ -27,14 +27,19 @@ Every tier runs `align_sequences`, near-linear on mostly-equal inputs, so the
 whole is too. Pairs are monotone in both traces. A compiled backward runs some
 ops in another order than eager autograd; a value pair there that stands
 between a stretch only B ran and one only A ran is tried without, and dropped
-where that pairs more records by value or op (at most _PIVOT_TRIALS refinements).
+where that pairs more records by value or op. Inductor also schedules
+independent forward work in another order (a rotary embedding's cos/sin after
+the first layer norm): where a stretch only A ran finds its values among B's
+unpaired records just before, the value pairs in the way are tried without
+(at most _PIVOT_TRIALS refinements in all).
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from typing import Callable, Sequence
+from itertools import islice
+from typing import Callable, Iterator, Sequence
 
 from tracediff.diff.sequence import align_sequences
 from tracediff.diff.skeleton import Skeleton
@@ -104,14 +109,23 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     # every op between without a partner. Where a backward value pair stands between a stretch only B
     # ran and a stretch only A ran, try without it, and keep whichever pairs more records by op or
     # value. Not in a forward: there such stretches are fusions and decompositions, in order.
-    tried: set[tuple[int, int]] = set()
+    # The same in a forward where inductor schedules independent work later than eager ran it (a
+    # rotary embedding's cos/sin after the layer norm): values that A computes after a stretch it
+    # alone ran were computed by B before the pairs standing in their way.
+    tried: set[frozenset[tuple[int, int]]] = set()
     while len(tried) < _PIVOT_TRIALS:
-        pivot = next((p for p in _pivots(partner, tier, len(b))
-                      if p not in tried and (a.backward[p[0]] or b.backward[p[1]])), None)
-        if pivot is None:
+        pivots = [frozenset([p]) for p in _pivots(partner, tier, len(b)) if a.backward[p[0]] or b.backward[p[1]]]
+        trials = [(t, False) for t in pivots] + [(t, True) for t in _crossings(partner, value_pairs, a, b)]
+        dropped, crossing = next(((t, c) for t, c in trials if t not in tried), (None, False))
+        if dropped is None:
             break
-        tried.add(pivot)
-        without = [p for p in value_pairs if p != pivot]
+        tried.add(dropped)
+        without = [p for p in value_pairs if p not in dropped]
+        if crossing:
+            # The stretch kept from pairing pairs by value now; the dropped records must not pair again in
+            # the gap they leave, where the tie that chose them would choose them again.
+            excluded = {i for i, _ in dropped}
+            without = _refine(without, len(a), len(b), _value_keys(a, b, excluded))
         trial = _refined(without, a, b)
         if _strong_pairs(trial[1]) > _strong_pairs(tier):
             value_pairs, (partner, tier) = without, trial
@@ -154,12 +168,73 @@ def _value_pairs(a: Skeleton, b: Skeleton) -> Pairs:
     # can share the coarser key, and the kernel writing the norm must pair with the norm.
     pairs = align_sequences([a.fine_value[i] if a.has_value[i] else ("a", i) for i in range(len(a))],
                             [b.fine_value[j] if b.has_value[j] else ("b", j) for j in range(len(b))])
+    return _refine(pairs, len(a), len(b), _value_keys(a, b))
 
+
+def _value_keys(a: Skeleton, b: Skeleton, excluded: frozenset[int] | set[int] = frozenset()
+                ) -> Callable[[int, int, int, int], tuple[Sequence, Sequence]]:
+    """Keys pairing records by rounded value inside a gap; A's `excluded` records pair with nothing."""
     def value_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
-        return ([a.value[i] if a.has_value[i] else ("a", i) for i in range(a0, a1)],
+        return ([a.value[i] if a.has_value[i] and i not in excluded else ("a", i) for i in range(a0, a1)],
                 [b.value[j] if b.has_value[j] else ("b", j) for j in range(b0, b1)])
+    return value_keys
 
-    return _refine(pairs, len(a), len(b), value_keys)
+
+# How far back (in records) a value computed out of order is looked for.
+_CROSSING_WINDOW = 256
+
+
+def _crossings(partner: array, value_pairs: Pairs, a: Skeleton, b: Skeleton) -> list[frozenset[tuple[int, int]]]:
+    """Sets of value pairs that keep a stretch only one trace ran from pairing with values the other
+    computed earlier: where at least _PIVOT_STRETCH records of an unpaired stretch of A find their
+    values among B's unpaired records in the window before the stretch's place in B (or the same
+    with A and B swapped), the value pairs crossing that pairing. At most _PIVOT_TRIALS of them."""
+    partner_of_b = array("q", [-1]) * len(b)
+    for i, j in enumerate(partner):
+        if j >= 0:
+            partner_of_b[j] = i
+    swapped = [(j, i) for i, j in value_pairs]
+    found = [frozenset(c) for c in islice(_crossing_pairs(partner, partner_of_b, a, b, value_pairs), _PIVOT_TRIALS)]
+    found += [frozenset((i, j) for j, i in c)
+              for c in islice(_crossing_pairs(partner_of_b, partner, b, a, swapped), _PIVOT_TRIALS)]
+    return found
+
+
+def _crossing_pairs(partner: array, partner_of_b: array, a: Skeleton, b: Skeleton,
+                    value_pairs: Pairs) -> Iterator[Pairs]:
+    """Each crossing (see _crossings) met walking A's unpaired stretches, as the value pairs (A index,
+    B index) standing in its way."""
+    unpaired_b: dict[int, list[int]] | None = None  # value -> B's unpaired positions holding it, ascending
+    i, last_j = 0, -1
+    while i < len(a):
+        if partner[i] >= 0:
+            last_j = partner[i]
+            i += 1
+            continue
+        start = i
+        while i < len(a) and partner[i] < 0:
+            i += 1
+        if i - start < _PIVOT_STRETCH or last_j < 0:
+            continue
+        if unpaired_b is None:  # built on the first long stretch: most alignments have none
+            unpaired_b = {}
+            for j in range(len(b)):
+                if partner_of_b[j] < 0 and b.has_value[j]:
+                    unpaired_b.setdefault(b.value[j], []).append(j)
+        earlier = set()
+        for k in range(start, i):
+            positions = unpaired_b.get(a.value[k], []) if a.has_value[k] else []
+            lo = bisect_left(positions, last_j - _CROSSING_WINDOW)
+            if lo < len(positions) and positions[lo] < last_j:
+                earlier.add(positions[lo])
+        if len(earlier) >= _PIVOT_STRETCH:
+            # value_pairs are monotone: those crossing are the last ones before the stretch.
+            end = k = bisect_left(value_pairs, (start, -1))
+            first = min(earlier)
+            while k and value_pairs[k - 1][1] >= first:
+                k -= 1
+            if k < end:
+                yield value_pairs[k:end]
 
 
 def _refined(pairs: Pairs, a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
