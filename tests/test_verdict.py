@@ -1373,3 +1373,37 @@ def test_work_inductor_scheduled_later_is_no_divergence(tmp_path: Path) -> None:
     _rotary_then_rms_norm(b, True, fault=1.0)
     report = _report(a.close(), b.close())
     assert report["verdict"] == "match", report["first_divergence"]
+
+
+def _scaled_barely_beyond(builder: TraceBuilder, compiled: bool) -> None:
+    """y = x @ W (line 20), viewed, z = r + y (line 21); the compiled run scales y by 1 + 1.5e-4 with a kernel
+    of its own at line 20: z is 1.5 times as far from A's as the tolerance allows."""
+    t = builder.tensor
+    x, r = torch.linspace(0.5, 1.5, 16).reshape(4, 4), torch.linspace(-1, 1, 16)
+    y = x @ W
+    builder.region("enter", [t("x", x, "in0")])
+    if compiled:
+        builder.op("aten::mm.out", [t("x", x), t("w", W, "mat2")], [t("y", y, "0")], src="m.py:20")
+        y2 = y * (1 + 1.5e-4)
+        builder.kernel("triton_poi_fused_mm_1", [t("y", y, "in_ptr0")], [t("y2", y2, "out_ptr0")],
+                       src="m.py:20", fuses=["aten::mul.Tensor"])
+        builder.kernel("triton_poi_fused_add_2", [t("r", r, "in_ptr0"), t("y2", y2, "in_ptr1")],
+                       [t("z", r + y2.view(16), "out_ptr0")], src="m.py:21", fuses=["aten::add.Tensor"])
+        y = y2
+    else:
+        builder.op("aten::mm", [t("x", x), t("w", W, "mat2")], [t("y", y, "0")], src="m.py:20")
+        builder.op("aten::_unsafe_view", [t("y", y)], [t("yv", y.view(16), "0", base="y")], src="m.py:20")
+        builder.op("aten::add.Tensor", [t("r", r), t("yv", y.view(16), "other", base="y")],
+                   [t("z", r + y.view(16), "0")], src="m.py:21")
+    builder.region("exit", [t("z", r + y.view(16), "out0")])
+
+
+def test_a_change_b_made_after_an_agreed_value_is_settled_however_small(tmp_path: Path) -> None:
+    """H100 GPT-2, one kernel per op: a pass's `mul` after `c_proj`'s mm read the mm's agreed value and wrote
+    another at its line; where the difference showed it was barely beyond the tolerance, and the finding
+    was marked `may_start_earlier`, so narrowing kept the fused verdict (two candidates, the wrong one
+    named). What B wrote there is not what it read: the change is made there."""
+    first = _eager_against_inductor(tmp_path, _scaled_barely_beyond)
+    assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
+    assert first["b"]["op"] == "triton_poi_fused_mm_1"
+    assert first["tensor"]["comparison"] and first["may_start_earlier"] is False, first["note"]

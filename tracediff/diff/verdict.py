@@ -86,6 +86,8 @@ class Divergence:
     observed: Place | None = None  # where A first showed the difference, if not at `a`
     # The difference grew from below the tolerance: it may have been made before the first candidate.
     may_start_earlier: bool = False
+    # Placed by what B did: a record only B runs read this op's agreed value and wrote another at its line.
+    changed_in_b: bool = False
 
     @property
     def rel_diff(self) -> float | None:
@@ -831,7 +833,7 @@ def _unsure_if_barely_beyond(d: Divergence) -> Divergence:
     agreed before it did so only within the tolerance, and the difference may have been made
     earlier (inside fused kernels whose intermediates nobody saw)."""
     by_value = d.inputs_agree and d.observed is None
-    if d.kind != "output" or by_value or d.worst is None or d.may_start_earlier:
+    if d.kind != "output" or by_value or d.changed_in_b or d.worst is None or d.may_start_earlier:
         return d
     comparison = d.worst.comparison
     if comparison.nonfinite or comparison.times_allowed >= _BARELY_BEYOND:
@@ -1095,7 +1097,9 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
             # a piece of the op's decomposition or recomputation: those read the op's inputs.
             note += (f"; it read the value of {a.op} that agreed: B changed it there" if read_its_value
                      else f"; it read B's recomputation of {a.op}'s value, which agreed: B changed it there")
-            return Divergence(_kind(worst), a, made.place, (a,), worst, False, note, observed=seen)
+            # What it wrote is not what it read: the change is made there, however small it still is where it shows.
+            changed = not set(made.wrote) & set(made.read_contents)
+            return Divergence(_kind(worst), a, made.place, (a,), worst, False, note, observed=seen, changed_in_b=changed)
         note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
                           observed=seen)
