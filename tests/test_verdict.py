@@ -1407,3 +1407,40 @@ def test_a_change_b_made_after_an_agreed_value_is_settled_however_small(tmp_path
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert first["tensor"]["comparison"] and first["may_start_earlier"] is False, first["note"]
+
+
+def _small_variance_scaled(builder: TraceBuilder, compiled: bool) -> None:
+    """An RMSNorm of small activations (line 65: variance = h.pow(2).mean(), about 5e-5; line 66: rsqrt of
+    it plus eps, times h), one kernel per op in the compiled run, where a pass scales the variance by 1.01
+    with a kernel of its own at line 65. A 1% change of values about 50 times the absolute tolerance
+    stays within it (as allclose would say too); the rsqrt, around 140, shows it."""
+    t = builder.tensor
+    h = torch.linspace(-1, 1, 32).reshape(2, 16) * 0.012
+    var = h.pow(2).mean(-1, keepdim=True)
+    steps = [("pow.Tensor_Scalar", "p", h.pow(2), 65, "h"), ("mean.dim", "var", var, 65, "p")]
+    if compiled:
+        var = var * 1.01
+        steps.append(("mul.Tensor", "varf", var, 65, "var"))
+    r = torch.rsqrt(var + 1e-6)
+    steps += [("add.Tensor", "ve", var + 1e-6, 66, steps[-1][1]), ("rsqrt", "r", r, 66, "ve"),
+              ("mul.Tensor", "y", h * r, 66, "r")]
+    values = {"h": h} | {name: value for _, name, value, _, _ in steps}
+    builder.region("enter", [t("h", h, "in0")])
+    for op, name, value, line, read in steps:
+        if compiled:
+            builder.kernel(f"triton_poi_fused_{op.split('.')[0]}_{name}", [t(read, values[read], "in_ptr0")],
+                           [t(name, value, "out_ptr0")], src=f"m.py:{line}", fuses=["aten::" + op])
+        else:
+            builder.op("aten::" + op, [t(read, values[read])], [t(name, value, "0")], src=f"m.py:{line}")
+    builder.region("exit", [t("y", h * r, "out0")])
+
+
+def test_a_change_within_the_absolute_tolerance_made_by_b_is_named_where_b_made_it(tmp_path: Path) -> None:
+    """H100 Llama with one kernel per op: a 1% change of an RMSNorm's variance (values about 5e-4) passed
+    the absolute tolerance through the `add` of eps, and the rsqrt, showing it, was taken for an op
+    amplifying noise below the tolerance; the report named another layer. B changed the `mean`'s agreed
+    value with a kernel of its own at its line: that is where the difference was made."""
+    first = _eager_against_inductor(tmp_path, _small_variance_scaled)
+    assert (first["op"], first["source"]) == ("aten::mean.dim", "m.py:65"), first["note"]
+    assert first["b"]["op"] == "triton_poi_fused_mul_varf"
+    assert first["observed"]["op"] == "aten::rsqrt" and first["may_start_earlier"] is False

@@ -33,7 +33,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies
@@ -339,6 +339,8 @@ class _BSide:
         self._a_op_lines = a_op_lines  # the ops A computes, by line (`op_line_key`)
         self.agreed: OrderedDict[Key, int] = OrderedDict()  # B's values known to agree with A's: A's record
         self.agreed_contents: OrderedDict[tuple, int] = OrderedDict()  # the same, by content
+        # Of those, values that agreed only within the absolute tolerance, far from zero (see _loose).
+        self.loose: OrderedDict[Key, None] = OrderedDict()
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: dict[str, Any] | None = None
@@ -379,11 +381,15 @@ class _BSide:
         if content is not None and content in self.by_content:
             _put_bounded(self.read_as, _key(t), self.by_content[content][0])
 
-    def agree(self, record: dict[str, Any], a_index: int) -> None:
-        """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs."""
+    def agree(self, record: dict[str, Any], a_index: int, loose: Iterable[dict[str, Any]] = ()) -> None:
+        """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs.
+        `loose`: those of its outputs that agreed only within the absolute tolerance (_loose)."""
+        loose_args = {t.get("a") for t in loose}
         for t in record.get("out", ()):
             for key in _filed(record, t):
                 _put_bounded(self.agreed, key, a_index)
+                if t.get("a") in loose_args:
+                    _put_bounded(self.loose, key, None)
             content = _content(t)
             if content is not None:
                 _put_bounded(self.agreed_contents, content, a_index)
@@ -411,11 +417,12 @@ class _BSide:
         """The record of B that made `t`'s value (through a view: the last write to its base)."""
         return self.producers.get(_resolve(_ref(t), self.producers))
 
-    def walk_back(self, start: dict[str, Any]) -> list[_Made]:
+    def walk_back(self, start: dict[str, Any], through_loose: bool = False) -> list[_Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
 
         These ran only in B (no record of A agreed with them): a compiler pass's
-        inserted op, a kernel writing a value after the last paired op.
+        inserted op, a kernel writing a value after the last paired op. `through_loose`:
+        values that agreed only within the absolute tolerance (_loose) do not stop the walk.
         """
         found: dict[int, _Made] = {}
         first = _resolve(_ref(start), self.producers, self.agreed)
@@ -428,7 +435,8 @@ class _BSide:
             if key not in self.producers and key not in self.agreed:
                 key = self.read_as.get(key, key)
             made = self.producers.get(key)
-            if key in self.agreed or made is None or made.place.index in found:
+            if (key in self.agreed and not (through_loose and key in self.loose)) or made is None \
+                    or made.place.index in found:
                 continue
             found[made.place.index] = made
             stack.extend(made.reads)
@@ -681,8 +689,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             continue
         rels: list[float] | None = [] if sample is not None else None
         kernel = KERNEL in (ra["t"], rb["t"])
+        out_passed: list = []
         out_diffs, _ = comparer.diffs("output", ra.get("out", []), rb.get("out", []), ra, by_name=True, rels=rels,
-                                      kernel=kernel)
+                                      passed=out_passed, kernel=kernel)
         if out_diffs and tier[alignable_index] == VALUE_TIER and not _same_op(ra, rb):
             # Different ops paired only because their rounded fingerprints collided (a softmax
             # and the dropout after it both sum to the row count): not the same value, no pair.
@@ -746,7 +755,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             else:
                 absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
                 walker.known(ra)
-                b_side.agree(rb, ra["i"])
+                b_side.agree(rb, ra["i"], _loose(out_passed))
             continue
         if out_diffs and not in_diffs and carried:
             # Differs only because it reads amplified values: amplified too, not a cause.
@@ -762,6 +771,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.first = (_changed_after_its_pair(ra, rb, _out_pair(ra, rb, worst), (Place.of(ra),), out_diffs,
                                                         walker, b_side)
                                 or Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, False, note))
+            elif why is not None and (changed := _changed_below_the_absolute_tolerance(ra, rb, passed, out_diffs,
+                                                                                        walker, b_side)):
+                result.first = changed
             elif why is not None:
                 # Possibly ill-conditioned on noise below the tolerance: judged by whether it reaches a region's exit.
                 amplified.mark(_differing(ra, out_diffs), Amplifier(Place.of(ra), Place.of(rb), worst, why))
@@ -798,7 +810,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         else:
             absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
             walker.known(ra)
-            b_side.agree(rb, ra["i"])
+            b_side.agree(rb, ra["i"], _loose(out_passed))
 
     if sample is not None:
         if result.first is not None:
@@ -1059,7 +1071,8 @@ def _places(candidates: list[_Produced]) -> tuple[Place, ...]:
 
 
 def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
-                            diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
+                            diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
+                            through_loose: bool = False) -> Divergence | None:
     """A's walk back found candidates, but B made the differing value through a record only B runs
     at the line of an op of A whose output agreed: B went on computing that op's value after the
     record paired with it. A decomposition can hold the op's value before its last step (a fresh
@@ -1068,7 +1081,7 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     if tb is None:
         return None
     lines = {c.source for c in candidates}
-    made_in_b = b_side.walk_back(tb)
+    made_in_b = b_side.walk_back(tb, through_loose)
     # At a line where B's records compute anew a value that agreed (not rewrite one they read: a weight of
     # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
     recomputed = {m.place.source for m in made_in_b if not m.moves and b_side.recomputes(m)}
@@ -1103,6 +1116,30 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
                           observed=seen)
+    return None
+
+
+# A value this many times its absolute tolerance (max |x|) is no rounding noise near zero.
+_FAR_FROM_ZERO = 10.0
+
+
+def _loose(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
+    """B's tensors (of agreeing pairs) that agreed only within the absolute tolerance while far from zero:
+    a coherent relative change larger than rtol (a 1% change of a variance whose values are ~5e-4, with
+    atol 1e-5), not noise. They agree by the tolerance's rule; a walk back may still pass through them."""
+    return [tb for ta, tb, c in passed if c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
+            and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
+
+
+def _changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_diffs: list[TensorDiff],
+                                          walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """An op whose inputs agree only within the absolute tolerance and whose outputs differ (taken for
+    amplified noise): where B made such an input, far from zero, by changing a value that agreed at the
+    line of an op of A (a pass's `mul` after a variance's `mean`, with one kernel per op), name that op."""
+    for tb in _loose(passed):
+        found = _changed_after_its_pair(ra, rb, tb, (Place.of(ra),), out_diffs, walker, b_side, through_loose=True)
+        if found is not None and found.changed_in_b:
+            return found
     return None
 
 
