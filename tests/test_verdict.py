@@ -1444,3 +1444,4 @@ def test_a_change_within_the_absolute_tolerance_made_by_b_is_named_where_b_made_
     assert (first["op"], first["source"]) == ("aten::mean.dim", "m.py:65"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mul_varf"
     assert first["observed"]["op"] == "aten::rsqrt" and first["may_start_earlier"] is False
+    assert "within the absolute tolerance" in first["note"]

@@ -1139,7 +1139,8 @@ def _changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_
     for tb in _loose(passed):
         found = _changed_after_its_pair(ra, rb, tb, (Place.of(ra),), out_diffs, walker, b_side, through_loose=True)
         if found is not None and found.changed_in_b:
-            return found
+            return replace(found, note=f"{found.note}; the values in between agreed only within the absolute "
+                                       f"tolerance (small values, changed by more than rtol relative)")
     return None
 
 
