@@ -39,11 +39,11 @@ class TraceBuilder:
         return index
 
     def kernel(self, name: str, inputs: list[dict], outputs: list[dict], src: str | None = "model.py:1",
-               fuses: Sequence[str | dict] = ("aten::mul.Tensor",), module: str = "Net") -> None:
+               fuses: Sequence[str | dict] = ("aten::mul.Tensor",), module: str = "Net", **extra: Any) -> None:
         """A generated kernel's launch; `fuses`: its ops, each an op name (at `src`) or a whole fused-op dict."""
         self.writer.write({"t": "kernel", "i": self.seq, "name": name, "src": src, "m": module,
                            "fuses": [f if isinstance(f, dict) else {"op": f, "src": src} for f in fuses],
-                           "in": inputs, "out": outputs})
+                           "in": inputs, "out": outputs, **extra})
         self.seq += 1
 
     def region(self, ev: str, tensors: list[dict], call: int = 0) -> None:

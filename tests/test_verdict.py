@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from functools import partial
 from pathlib import Path
 from typing import Callable
@@ -10,7 +11,9 @@ import pytest
 import torch
 
 from tracediff.config import Config
-from tracediff.diff.engine import diff_traces
+from tracediff.diff.align import OP_TIER, SHAPE_TIER, VALUE_TIER
+from tracediff.diff.engine import build_skeletons, diff_traces
+from tracediff.diff.verdict import find_divergence
 from tracediff.report.build import build_report
 from tests.synth import TraceBuilder
 
@@ -1445,3 +1448,75 @@ def test_a_change_within_the_absolute_tolerance_made_by_b_is_named_where_b_made_
     assert first["b"]["op"] == "triton_poi_fused_mul_varf"
     assert first["observed"]["op"] == "aten::rsqrt" and first["may_start_earlier"] is False
     assert "within the absolute tolerance" in first["note"]
+
+
+def _input_gradient_scaled_before_its_bias_gradient(builder: TraceBuilder, compiled: bool) -> None:
+    """The backward of `h = torch.tanh(fc(x)) + x` (line 35) feeding a layer norm's backward (line 34), as
+    recorded: eager autograd computes the input gradient's `mm`, the weight's, the bias's `sum` (and its
+    view), then adds the residual's gradient. The compiled backward (one kernel per op) computes the input
+    gradient and the residual's in one `addmm` first, a pass's `mul` scales it by 1.01 at line 35, then
+    come the bias's `sum`, the layer norm's backward and, last, the weight's `mm`."""
+    t = builder.tensor
+    gout, y = torch.linspace(-1, 1, 32).reshape(8, 4), torch.tanh(torch.linspace(-2, 2, 32).reshape(8, 4))
+    x, gres = torch.linspace(0.2, 1.2, 32).reshape(8, 4), torch.linspace(-0.5, 0.7, 32).reshape(8, 4)
+    gt = gout * (1 - y * y)
+    gi, gw, gb = gt @ W, gt.t() @ x, gt.sum(0)
+    gh = gres + gi
+    builder.region("enter", [t("gout", gout, "in0"), t("y", y, "in1"), t("x", x, "in2"), t("gres", gres, "in3")])
+    if compiled:
+        gh2 = gh * 1.01
+        builder.kernel("cpp_fused_tanh_backward_0", [t("gout", gout, "in_ptr0"), t("y", y, "in_ptr1")],
+                       [t("gt", gt, "out_ptr0")], src="m.py:35", fuses=["aten::tanh_backward"], bw=True)
+        builder.op("aten::addmm.out", [t("gres", gres), t("gt", gt, "mat1"), t("w", W, "mat2")], [t("gh", gh, "0")],
+                   src="m.py:35", bw=True)
+        builder.kernel("cpp_fused_add_1", [t("gh", gh, "in_ptr0")], [t("gh2", gh2, "out_ptr0")], src="m.py:35",
+                       fuses=["aten::mul.Tensor"], bw=True)
+        builder.kernel("cpp_fused_sum_2", [t("gt", gt, "in_ptr0")], [t("gb", gb, "out_ptr0")],
+                       src="m.py:35", fuses=["aten::sum.dim_IntList"], bw=True)
+        builder.kernel("cpp_fused_native_layer_norm_backward_3", [t("gh2", gh2, "in_ptr0")],
+                       [t("out", gh2 * 3, "out_ptr0")], src="m.py:34", fuses=["aten::mul.Tensor"], bw=True)
+        builder.op("aten::mm.out", [t("gtt", gt.t()), t("x", x, "mat2")], [t("gw", gw, "0")], src="m.py:35", bw=True)
+        gh = gh2
+    else:
+        builder.op("aten::tanh_backward", [t("gout", gout), t("y", y, "output")], [t("gt", gt, "0")],
+                   src="m.py:35", bw=True)
+        builder.op("aten::t", [t("w", W)], [t("wt", W.t(), "0", base="w")], src="m.py:35", bw=True)
+        builder.op("aten::mm", [t("gt", gt), t("wt", W.t(), "mat2", base="w")], [t("gi", gi, "0")], src="m.py:35",
+                   bw=True)
+        builder.op("aten::t", [t("gt", gt)], [t("gtt", gt.t(), "0", base="gt")], src="m.py:35", bw=True)
+        builder.op("aten::mm", [t("gtt", gt.t(), base="gt"), t("x", x, "mat2")], [t("gw", gw, "0")], src="m.py:35",
+                   bw=True)
+        builder.op("aten::sum.dim_IntList", [t("gt", gt)], [t("gb", gb, "0")], src="m.py:35", bw=True)
+        builder.op("aten::view", [t("gb", gb)], [t("gbv", gb.view(4), "0", base="gb")], src="m.py:35", bw=True)
+        builder.op("aten::add.Tensor", [t("gres", gres), t("gi", gi, "other")], [t("gh", gh, "0")], src="m.py:35",
+                   bw=True)
+        builder.op("aten::native_layer_norm_backward", [t("gh", gh)], [t("out", gh * 3, "0")], src="m.py:34",
+                   bw=True)
+    builder.region("exit", [t("out", gh * 3, "out0"), t("gw", gw, "out1"), t("gb", gb, "out2")])
+
+
+def test_a_change_of_a_gradient_the_compiled_backward_computed_in_another_order_is_named_where_b_made_it(
+        tmp_path: Path) -> None:
+    """CPU MLP training step, one kernel per op: a pass's `mul` scaled the `addmm` computing a layer's input
+    gradient. The aligner paired the bias's `sum` (computed after the `addmm` in B, before eager's `add` in
+    A), leaving the `addmm` and the `add` unpaired and the pass's kernel paired by shapes with the input
+    gradient's `mm`; the report named the layer norm's backward on the next line. B computed the `add`'s
+    value as A did, then changed it with an op A never runs there: name the `add`. The alignment is the
+    one made on the recorded traces (on these small ones the aligner happens to pair the `add`)."""
+    a = TraceBuilder(tmp_path / "a.jsonl")
+    b = TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _input_gradient_scaled_before_its_bias_gradient(a, False)
+    _input_gradient_scaled_before_its_bias_gradient(b, True)
+    skeleton_a, skeleton_b = build_skeletons(a.close(), b.close())
+    # A: enter, tanh_backward, t, mm (input gradient), t, mm (weight), sum, view, add, layer norm backward, exit
+    # B: enter, tanh_backward, addmm, the pass's mul, sum, layer norm backward, mm (weight), exit
+    pairs = {0: (0, VALUE_TIER), 1: (1, VALUE_TIER), 3: (3, SHAPE_TIER), 6: (4, VALUE_TIER), 9: (5, OP_TIER),
+             10: (7, VALUE_TIER)}
+    partner = array("q", [pairs.get(i, (-1, 0))[0] for i in range(len(skeleton_a))])
+    tier = bytearray(pairs.get(i, (-1, 0))[1] for i in range(len(skeleton_a)))
+    config = Config()
+    first = build_report(find_divergence(skeleton_a, skeleton_b, partner, tier, config), ["a", "b"],
+                         config)["first_divergence"]
+    assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first["note"]
+    assert first["b"]["op"] == "cpp_fused_add_1"
+    assert first["may_start_earlier"] is False, first["note"]

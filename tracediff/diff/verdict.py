@@ -193,6 +193,7 @@ class _Produced:
     candidate: bool
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
+    outputs: tuple[dict[str, Any], ...] = ()  # a candidate's output tensors (fingerprinted)
 
 
 class _Walker:
@@ -208,7 +209,7 @@ class _Walker:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
-                          preserves_values(record))
+                          preserves_values(record), tuple(t for t in outs if t.get("fp")) if candidate else ())
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
@@ -249,6 +250,10 @@ class _Walker:
         places = [e.place for e in self.unknown_producers.values() if e.place.source == source and not e.moves]
         places += [p for p in self.agreed.values() if p.source == source and not only_moves(p.op)]
         return max(places, key=lambda p: p.index, default=None)
+
+    def outputs_of(self, index: int) -> tuple[dict[str, Any], ...]:
+        """The output tensors of A's unpaired candidate record `index` (if still remembered)."""
+        return next((e.outputs for e in reversed(self.unknown_producers.values()) if e.place.index == index), ())
 
     def agreed_place(self, index: int) -> Place | None:
         """A's record `index`, if its output agreed (and is still remembered)."""
@@ -310,7 +315,7 @@ class _Made:
     moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
-    read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs: the fingerprints of what it read
+    read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs, or foreign: the fingerprints of what it read
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
 
@@ -354,11 +359,12 @@ class _BSide:
                 self._note_read(t)
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 only_b = is_alignable and not self._paired[count]
+                foreign = op_line_key(record) not in self._a_op_lines
                 made = _Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), _reads(record),
-                             preserves_values(record) or rewrites_an_input(record), only_b=only_b,
-                             foreign=op_line_key(record) not in self._a_op_lines,
-                             read_values=tuple(t["fp"] for t in record.get("in", ()) if t.get("fp")) if only_b else (),
+                             preserves_values(record) or rewrites_an_input(record), only_b=only_b, foreign=foreign,
+                             read_values=tuple(t["fp"] for t in record.get("in", ()) if t.get("fp"))
+                             if only_b or foreign else (),
                              wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else (),
                              read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
                              if only_b else ())
@@ -750,7 +756,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     tb = _out_pair(ra, rb, _worst(out_diffs))
                     result.first = ((not candidates and _made_only_in_b(ra, rb, out_diffs, walker, b_side))
                                     or (candidates and _changed_after_its_pair(ra, rb, tb, _places(candidates),
-                                                                               out_diffs, walker, b_side))
+                                                                               out_diffs, walker, b_side, comparer))
                                     or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
                 absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
@@ -803,7 +809,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             elif candidates:
                 result.first = (_changed_after_its_pair(ra, rb, tb, _places(candidates), out_diffs or in_diffs, walker,
-                                                        b_side)
+                                                        b_side, comparer)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             else:
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
@@ -1072,12 +1078,15 @@ def _places(candidates: list[_Produced]) -> tuple[Place, ...]:
 
 def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
                             diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
-                            through_loose: bool = False) -> Divergence | None:
+                            comparer: "_Comparer | None" = None, through_loose: bool = False) -> Divergence | None:
     """A's walk back found candidates, but B made the differing value through a record only B runs
     at the line of an op of A whose output agreed: B went on computing that op's value after the
     record paired with it. A decomposition can hold the op's value before its last step (a fresh
     layer norm's `x_hat * weight`, weight 1 and bias 0; an `mm` before a zero bias), so the pair
-    agreed while a change made after it (a pass's op, a wrong epilogue) reached `ra`. Name that op."""
+    agreed while a change made after it (a pass's op, a wrong epilogue) reached `ra`. Name that op.
+    Also where B computed a candidate's value as A did and then changed it with an op A never runs at
+    that line (`comparer` given): the aligner left that value unpaired, the compiled backward having
+    computed it in another order (a layer's input gradient before its bias's)."""
     if tb is None:
         return None
     lines = {c.source for c in candidates}
@@ -1086,7 +1095,20 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
     recomputed = {m.place.source for m in made_in_b if not m.moves and b_side.recomputes(m)}
     for made in made_in_b:  # oldest first: the first change on B's way to `ra`
-        if not made.only_b or made.moves or made.place.source in lines:
+        if made.moves:
+            continue
+        if made.place.source in lines:
+            # (An op A never runs at that line may have been paired by shapes alone: no evidence; looked at too.)
+            redone = _candidate_value_read(made, candidates, ra["i"], walker, comparer) if comparer else None
+            if redone is not None:
+                seen = Place.of(ra)
+                note = (f"B computes the value of {redone.op} (#{redone.index}) as A does, then changes it: it runs "
+                        f"{made.describe()} (#{made.place.index}) at its line, an op A does not run there, reading "
+                        f"that value, on its way to {seen.op} (#{seen.index}), where the difference shows")
+                return Divergence(_kind(_worst(diffs)), redone, made.place, (redone,), _worst(diffs), False, note,
+                                  observed=seen, changed_in_b=True)
+            continue
+        if not made.only_b:
             continue
         # The op of A whose agreed value it read, at its line (the `mm` before a pass's `mul`), else the
         # latest op of A at its line whose output agreed. Not where B recomputes at that line: there reading
@@ -1116,6 +1138,28 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         note += "; candidates: this op, then A's ops without a counterpart after it"
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
                           observed=seen)
+    return None
+
+
+def _candidate_value_read(made: _Made, candidates: tuple[Place, ...], seen: int, walker: _Walker,
+                          comparer: "_Comparer") -> Place | None:
+    """The candidate of A before the record `seen` (where the difference shows), at B's record `made`'s
+    line, whose output `made` read, within the tolerance, where `made` computes an op A never runs at
+    that line (a pass's `mul`): B computed that value as A did and changed it there. Not a record of an
+    op A runs at that line: that one computes A's next op (a wrong `tanh` reading a right `addmm`), and
+    that op is the one to blame. Not the op at `seen` itself: B's records at its line are pieces of its
+    decomposition, and one may read a value equal to its output (a layer norm's weight of ones)."""
+    if not made.foreign:
+        return None
+    for place in candidates:
+        if place.index >= seen or place.source != made.place.source or only_moves(place.op):
+            continue
+        for t in walker.outputs_of(place.index):
+            if not t["fp"].get("l1"):
+                continue  # all zeros: any zeros read would match
+            tolerance = comparer.tolerance(t["dt"], place.op, place.module, t.get("dev", "cpu"))
+            if made.read(t["fp"], tolerance):
+                return place
     return None
 
 
