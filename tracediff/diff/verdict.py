@@ -1078,7 +1078,7 @@ def _places(candidates: list[_Produced]) -> tuple[Place, ...]:
 
 def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
                             diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
-                            comparer: "_Comparer | None" = None, through_loose: bool = False) -> Divergence | None:
+                            comparer: _Comparer | None = None, through_loose: bool = False) -> Divergence | None:
     """A's walk back found candidates, but B made the differing value through a record only B runs
     at the line of an op of A whose output agreed: B went on computing that op's value after the
     record paired with it. A decomposition can hold the op's value before its last step (a fresh
@@ -1098,7 +1098,8 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         if made.moves:
             continue
         if made.place.source in lines:
-            # (An op A never runs at that line may have been paired by shapes alone: no evidence; looked at too.)
+            # Did B change a candidate's value there? A record paired by shapes alone is looked at too: such
+            # a pair is no evidence that it computes A's op.
             redone = _candidate_value_read(made, candidates, ra["i"], walker, comparer) if comparer else None
             if redone is not None:
                 seen = Place.of(ra)
@@ -1142,7 +1143,7 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
 
 
 def _candidate_value_read(made: _Made, candidates: tuple[Place, ...], seen: int, walker: _Walker,
-                          comparer: "_Comparer") -> Place | None:
+                          comparer: _Comparer) -> Place | None:
     """The candidate of A before the record `seen` (where the difference shows), at B's record `made`'s
     line, whose output `made` read, within the tolerance, where `made` computes an op A never runs at
     that line (a pass's `mul`): B computed that value as A did and changed it there. Not a record of an
