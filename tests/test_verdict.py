@@ -1495,6 +1495,24 @@ def _input_gradient_scaled_before_its_bias_gradient(builder: TraceBuilder, compi
     builder.region("exit", [t("out", gh * 3, "out0"), t("gw", gw, "out1"), t("gb", gb, "out2")])
 
 
+def _first_divergence_aligned(tmp_path: Path, build: Callable[[TraceBuilder, bool], None],
+                              pairs: dict[int, tuple[int, int]]) -> dict:
+    """The first divergence of `build`'s eager trace against its compiled one, aligned as `pairs` says
+    (A's alignable record -> (B's, tier)): the alignment the aligner made on a recorded trace, where on
+    these small ones it happens to pair otherwise."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    build(a, False)
+    build(b, True)
+    skeleton_a, skeleton_b = build_skeletons(a.close(), b.close())
+    partner = array("q", [pairs.get(i, (-1, 0))[0] for i in range(len(skeleton_a))])
+    tier = bytearray(pairs.get(i, (-1, 0))[1] for i in range(len(skeleton_a)))
+    config = Config()
+    first = build_report(find_divergence(skeleton_a, skeleton_b, partner, tier, config), ["a", "b"],
+                         config)["first_divergence"]
+    assert first is not None, "no divergence"
+    return first
+
+
 def test_a_change_of_a_gradient_the_compiled_backward_computed_in_another_order_is_named_where_b_made_it(
         tmp_path: Path) -> None:
     """CPU MLP training step, one kernel per op: a pass's `mul` scaled the `addmm` computing a layer's input
@@ -1503,20 +1521,51 @@ def test_a_change_of_a_gradient_the_compiled_backward_computed_in_another_order_
     gradient's `mm`; the report named the layer norm's backward on the next line. B computed the `add`'s
     value as A did, then changed it with an op A never runs there: name the `add`. The alignment is the
     one made on the recorded traces (on these small ones the aligner happens to pair the `add`)."""
-    a = TraceBuilder(tmp_path / "a.jsonl")
-    b = TraceBuilder(tmp_path / "b.jsonl", "inductor")
-    _input_gradient_scaled_before_its_bias_gradient(a, False)
-    _input_gradient_scaled_before_its_bias_gradient(b, True)
-    skeleton_a, skeleton_b = build_skeletons(a.close(), b.close())
     # A: enter, tanh_backward, t, mm (input gradient), t, mm (weight), sum, view, add, layer norm backward, exit
     # B: enter, tanh_backward, addmm, the pass's mul, sum, layer norm backward, mm (weight), exit
-    pairs = {0: (0, VALUE_TIER), 1: (1, VALUE_TIER), 3: (3, SHAPE_TIER), 6: (4, VALUE_TIER), 9: (5, OP_TIER),
-             10: (7, VALUE_TIER)}
-    partner = array("q", [pairs.get(i, (-1, 0))[0] for i in range(len(skeleton_a))])
-    tier = bytearray(pairs.get(i, (-1, 0))[1] for i in range(len(skeleton_a)))
-    config = Config()
-    first = build_report(find_divergence(skeleton_a, skeleton_b, partner, tier, config), ["a", "b"],
-                         config)["first_divergence"]
+    first = _first_divergence_aligned(tmp_path, _input_gradient_scaled_before_its_bias_gradient, {
+        0: (0, VALUE_TIER), 1: (1, VALUE_TIER), 3: (3, SHAPE_TIER), 6: (4, VALUE_TIER), 9: (5, OP_TIER),
+        10: (7, VALUE_TIER)})
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first["note"]
     assert first["b"]["op"] == "cpp_fused_add_1"
     assert first["may_start_earlier"] is False, first["note"]
+
+
+def _weight_gradient_scaled_in_a_fused_kernel(builder: TraceBuilder, compiled: bool) -> None:
+    """A weight gradient (`mm` at line 35, autograd's `t` of it) read by the eager optimizer after
+    `p.grad.clone()` (line 74, behind AccumulateGrad's `detach` at line 73). The compiled backward's
+    `mm` writes the gradient, then a kernel fusing a pass's `mul` (line 35) with the GELU's backward
+    (line 33, its source) scales it in place by 1.01; the optimizer reads the buffer through a tensor
+    no record made (inductor's `reinterpret_tensor`)."""
+    t = builder.tensor
+    gt, x = torch.linspace(-1, 1, 32).reshape(8, 4), torch.linspace(0.2, 1.2, 32).reshape(8, 4)
+    gw = (gt.t() @ x).t()
+    if compiled:
+        scaled = gw * 1.01
+        builder.op("aten::mm.out", [t("x", x), t("gt", gt, "mat2")], [t("buf", gw, "0", v=1)], src="m.py:35", bw=True)
+        builder.kernel("cpp_fused_gelu_backward_mm_2", [t("buf", gw, "in_out_ptr0", v=1)],
+                       [t("buf", scaled, "in_out_ptr0", v=2)], src="m.py:33",
+                       fuses=[{"op": "aten::mul.Tensor", "src": "m.py:35"}, {"op": "aten::gelu_backward", "src": "m.py:33"}],
+                       bw=True)
+        gw = scaled
+        grad = t("grad", gw)
+    else:
+        builder.op("aten::mm", [t("gtt", gt.t()), t("x", x, "mat2")], [t("gw_t", gw.t(), "0")], src="m.py:35", bw=True)
+        builder.op("aten::t", [t("gw_t", gw.t())], [t("gw", gw, "0", base="gw_t")], src="m.py:35", bw=True)
+        grad = t("gw", gw, base="gw_t")
+    builder.op("aten::detach", [grad], [t("detached", gw, "0")], src="m.py:73")
+    builder.op("aten::clone", [t("detached", gw)], [t("copy", gw, "0")], src="m.py:74")
+    builder.op("aten::mul.Tensor", [t("copy", gw)], [t("step", gw * 0.1, "0")], src="m.py:75")
+
+
+def test_a_weight_gradient_changed_in_a_fused_kernel_and_read_by_the_eager_optimizer_is_no_match(
+        tmp_path: Path) -> None:
+    """CPU MLP training step, a pass's `mul` after the compiled backward's weight-gradient `mm` (bench
+    g1n11 of seed 2): the clone of the gradient was taken for a crossed pair (B holds A's gradient, the
+    `mm`'s output), the gradient's tensor having no producer in B, and every later reader too: `match`
+    on a 1% gradient error. B changed the value the `mm` wrote: name the `mm`, not autograd's `t` of it."""
+    # A: mm, t, clone, mul (detach is not aligned); B: mm, the kernel, clone, mul
+    first = _first_divergence_aligned(tmp_path, _weight_gradient_scaled_in_a_fused_kernel, {
+        1: (0, VALUE_TIER), 2: (2, OP_TIER), 3: (3, OP_TIER)})
+    assert (first["op"], first["source"]) == ("aten::mm", "m.py:35"), first["note"]
+    assert first["b"]["op"] == "cpp_fused_gelu_backward_mm_2", first["note"]

@@ -204,6 +204,7 @@ class _Walker:
         self.amplified = amplified
         self.unknown_producers: OrderedDict[Key, _Produced] = OrderedDict()
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
+        self.shown_by_view: OrderedDict[Key, Ref] = OrderedDict()  # an agreed view's value -> the value it shows
 
     def unknown(self, record: dict[str, Any], candidate: bool, compared: bool = False) -> None:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
@@ -230,6 +231,9 @@ class _Walker:
                     _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
                 else:
                     _put_bounded(self.agreed, key, place)
+                    reads = _reads(record)
+                    if len(reads) == 1 and preserves_values(record):
+                        _put_bounded(self.shown_by_view, key, reads[0])
 
     def agreed_value(self, t: dict[str, Any]) -> Place | None:
         """The record of A that made `t`'s value, if that value agreed with B's."""
@@ -278,6 +282,26 @@ class _Walker:
                 return None
             refs = list(entry.reads)
         return None
+
+    def maker_behind_views(self, t: dict[str, Any]) -> Place | None:
+        """`agreed_through_views(t)`; where that record only moves values (autograd's `t` of a weight
+        gradient), the op of A computing the value it shows (the `mm`), compared or not."""
+        ref, last_agreed = _ref(t), None
+        for _ in range(_VIEW_CHAIN_LIMIT):
+            key = _resolve(ref, self.agreed, self.unknown_producers)
+            if key in self.agreed:
+                last_agreed = self.agreed[key]
+                if not only_moves(last_agreed.op) or key not in self.shown_by_view:
+                    return last_agreed
+                ref = self.shown_by_view[key]
+                continue
+            entry = self.unknown_producers.get(key)
+            if entry is not None and not entry.moves:  # computing: the maker if a view of its value agreed
+                return entry.place if last_agreed is not None else None
+            if entry is None or len(entry.reads) != 1:
+                return last_agreed
+            ref = entry.reads[0]
+        return last_agreed
 
     def agreed_maker(self, reads: tuple[Ref, ...]) -> Place | None:
         """The record of A whose agreeing output is among `reads`, if one is."""
@@ -420,8 +444,21 @@ class _BSide:
         return [a_index for a_index in found if a_index is not None]
 
     def producer(self, t: dict[str, Any]) -> _Made | None:
-        """The record of B that made `t`'s value (through a view: the last write to its base)."""
-        return self.producers.get(_resolve(_ref(t), self.producers))
+        """The record of B that made `t`'s value (through a view: the last write to its base; a tensor no
+        record made, such as inductor's `reinterpret_tensor` of a kernel's buffer returned as a gradient:
+        the last record writing its content)."""
+        key = _resolve(_ref(t), self.producers)
+        if key not in self.producers:
+            key = self.read_as.get(key, key)
+        return self.producers.get(key)
+
+    def computing_producer(self, t: dict[str, Any]) -> _Made | None:
+        """`producer(t)`, or where that record writes exactly what it read (a detach, a bias `add` of zeros
+        after a pass's `mul`), the last record behind it that computes: the one that made the value."""
+        made = self.producer(t)
+        if made is not None and made.moves:
+            made = next((m for m in reversed(self.walk_back(t)) if not m.moves), None)
+        return made
 
     def walk_back(self, start: dict[str, Any], through_loose: bool = False) -> list[_Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
@@ -911,13 +948,20 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     per op) and the kernel computes an op A never computes at its line, or read A's very input (B
     computed it, then changed it): fusion leaves many kernels without a partner, and a compiled
     backward's same-shaped branches (the crossed pairs) are made by such kernels, of ops A runs
-    there too, from other values."""
+    there too, from other values. Where B's record is an op, a kernel counts when it read A's very input
+    and wrote the same quantity computed otherwise (a pass's `mul` after a weight gradient's `mm`, fused
+    into a kernel, the gradient then read by the eager optimizer)."""
     args = {d.arg for d in in_diffs}
+    same_quantity = {d.arg for d in in_diffs if not _far_apart([d])}
     kernels_count = rb["t"] == KERNEL
 
     def changes(made: _Made, ta: dict[str, Any]) -> bool:
-        return made.only_b and not made.moves and (made.kernel is None or (kernels_count and (
-            made.foreign or made.read(ta["fp"], tolerance_of(ta)))))
+        if not made.only_b or made.moves:
+            return False
+        if made.kernel is None:
+            return True
+        read_a_value = (kernels_count or ta["a"] in same_quantity) and made.read(ta["fp"], tolerance_of(ta))
+        return (kernels_count and made.foreign) or read_a_value
 
     for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
         made = b_side.producer(tb) if ta["a"] in args else None
@@ -946,11 +990,7 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
         return None
     ta, tb = _input_pair(ra, rb, bad, by_name)
     made_a = walker.agreed_through_views(ta)
-    made_b = b_side.producer(tb) if tb is not None else None
-    if made_b is not None and made_b.moves and tb is not None:
-        # A record writing exactly what it read (the bias `add` of zeros after a pass's `mul`) passes the
-        # change on: B made it with the last record behind it that computes.
-        made_b = next((m for m in reversed(b_side.walk_back(tb)) if not m.moves), None)
+    made_b = b_side.computing_producer(tb) if tb is not None else None
     if made_a is None or made_b is None or not made_b.only_b or made_b.moves or made_b.place.index == rb["i"]:
         return None
     seen = Place.of(ra)
@@ -991,8 +1031,8 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
     """
     bad = _worst(in_diffs)  # the value B changed is the one to show
     ta, tb = _input_pair(ra, rb, bad, by_name)
-    made_a = walker.agreed_value(ta)
-    made_b = b_side.producer(tb) if tb is not None else None
+    made_a = walker.maker_behind_views(ta)
+    made_b = b_side.computing_producer(tb) if tb is not None else None
     seen = Place.of(ra)
     if made_a is None:
         note = (f"its input {bad.arg!r} already differs and no recorded op of A produced it: "
