@@ -1569,3 +1569,44 @@ def test_a_weight_gradient_changed_in_a_fused_kernel_and_read_by_the_eager_optim
         1: (0, VALUE_TIER), 2: (2, OP_TIER), 3: (3, OP_TIER)})
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:35"), first["note"]
     assert first["b"]["op"] == "cpp_fused_gelu_backward_mm_2", first["note"]
+
+
+def _bias_gradient_scaled_in_the_next_layers_kernel(builder: TraceBuilder, compiled: bool) -> None:
+    """The head's bias gradient (`sum` at line 36) read by `p.grad.clone()` (line 74). The compiled backward
+    fuses that `sum` and a pass's `mul` scaling it (line 36) with the `tanh` backward of the layer before
+    (line 35, recomputing `tanh` from the agreed `addmm`): the kernel is named at line 35 and writes the
+    bias gradient first."""
+    t = builder.tensor
+    x, g = torch.linspace(-1, 1, 32).reshape(8, 4), torch.linspace(-0.3, 0.5, 24).reshape(8, 3)
+    pre = x @ W
+    gb, gt = g.sum(0), g.sum(1, keepdim=True) * (1 - torch.tanh(pre) ** 2)
+    if compiled:
+        builder.op("aten::addmm.out", [t("x", x), t("w", W, "mat2")], [t("pre", pre, "0")], src="m.py:35")
+        gb = gb * 1.01
+        builder.kernel("cpp_fused_sum_tanh_tanh_backward_1", [t("g", g, "in_ptr0"), t("pre", pre, "in_ptr1")],
+                       [t("gb_buf", gb, "in_out_ptr0"), t("gt", gt, "in_out_ptr1")], src="m.py:35",
+                       fuses=[{"op": "aten::sum.dim_IntList", "src": "m.py:36"},
+                              {"op": "aten::mul.Tensor", "src": "m.py:36"},
+                              {"op": "aten::tanh", "src": "m.py:35"}, {"op": "aten::mul.Tensor", "src": "m.py:35"}],
+                       bw=True)
+        grad = t("grad", gb)
+    else:
+        builder.op("aten::addmm", [t("x", x), t("w", W, "mat2")], [t("pre", pre, "0")], src="m.py:35")
+        builder.op("aten::sum.dim_IntList", [t("g", g)], [t("gb_sum", gb, "0")], src="m.py:36", bw=True)
+        builder.op("aten::view", [t("gb_sum", gb)], [t("gb", gb, "0", base="gb_sum")], src="m.py:36", bw=True)
+        builder.op("aten::tanh_backward", [t("g1", g.sum(1, keepdim=True)), t("pre", pre, "output")],
+                   [t("gt", gt, "0")], src="m.py:35", bw=True)
+        grad = t("gb", gb, base="gb_sum")
+    builder.op("aten::detach", [grad], [t("detached", gb, "0")], src="m.py:73")
+    builder.op("aten::clone", [t("detached", gb)], [t("copy", gb, "0")], src="m.py:74")
+
+
+def test_a_kernel_fusing_a_candidates_op_is_no_change_made_at_the_kernels_own_line(tmp_path: Path) -> None:
+    """CPU MLP training step, a pass's `mul` after the head's bias-gradient `sum` (bench g1n6 of seed 2),
+    fused with the `tanh` backward of the layer before into a kernel named at that layer's line: the
+    report named that layer's `addmm`, whose agreed value the kernel read ("B goes on computing at its
+    line"). The kernel computes the candidate `sum` too: the candidate is named."""
+    # A: addmm, sum, view, tanh_backward, clone (detach is not aligned); B: addmm, the kernel, clone
+    first = _first_divergence_aligned(tmp_path, _bias_gradient_scaled_in_the_next_layers_kernel, {
+        0: (0, VALUE_TIER), 4: (2, OP_TIER)})
+    assert (first["op"], first["source"]) == ("aten::sum.dim_IntList", "m.py:36"), first["note"]

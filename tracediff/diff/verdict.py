@@ -342,6 +342,7 @@ class _Made:
     read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs, or foreign: the fingerprints of what it read
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
+    fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
 
     def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
         """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
@@ -391,7 +392,8 @@ class _BSide:
                              if only_b or foreign else (),
                              wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else (),
                              read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
-                             if only_b else ())
+                             if only_b else (),
+                             fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")))
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -1137,7 +1139,9 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     for made in made_in_b:  # oldest first: the first change on B's way to `ra`
         if made.moves:
             continue
-        if made.place.source in lines:
+        # A kernel fusing an op at a candidate's line computes that candidate too (a bias gradient's `sum`
+        # fused with the next layer's `tanh` backward, the kernel named at the `tanh`'s line).
+        if made.place.source in lines or made.fused_lines & lines:
             # Did B change a candidate's value there? A record paired by shapes alone is looked at too: such
             # a pair is no evidence that it computes A's op.
             redone = _candidate_value_read(made, candidates, ra["i"], walker, comparer) if comparer else None
