@@ -1139,8 +1139,8 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     for made in made_in_b:  # oldest first: the first change on B's way to `ra`
         if made.moves:
             continue
-        # A kernel fusing an op at a candidate's line computes that candidate too (a bias gradient's `sum`
-        # fused with the next layer's `tanh` backward, the kernel named at the `tanh`'s line).
+        # A kernel fusing an op at a candidate's line computes that candidate too (a head's bias-gradient
+        # `sum` fused with the `tanh` backward of the layer before it, the kernel named at the `tanh`'s line).
         if made.place.source in lines or made.fused_lines & lines:
             # Did B change a candidate's value there? A record paired by shapes alone is looked at too: such
             # a pair is no evidence that it computes A's op.
