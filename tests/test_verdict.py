@@ -1219,6 +1219,44 @@ def test_a_backward_value_computed_out_of_order_does_not_leave_the_ops_between_u
     assert [(partner[i], tier[i]) for i in range(2, 7)] == [(j, OP_TIER) for j in range(1, 6)], list(partner)
 
 
+
+def test_a_kernel_pairs_with_the_last_op_of_its_chain_where_several_share_its_family(tmp_path: Path) -> None:
+    """H100, GPT-2 training step under inductor: eager's tanh-GELU backward runs `add` twice at its line, the
+    compiled backward one kernel ending in the second. Where rounding moved the kernel's sum off the value
+    key, it was paired with the first `add` by op and shapes: a 90% difference, a false divergence."""
+    from tracediff.diff.align import OP_TIER, align
+    from tracediff.diff.skeleton import build_skeleton, keys_of
+    from tracediff.trace.reader import Trace
+
+    x = torch.linspace(-1, 1, 64).reshape(4, 16)
+    y = -x - 0.17  # the sum of the output nearly cancels: rounding moves its leading digits
+    half = x * 0.5
+    inner = half + 1
+    scaled = inner * x
+    out = scaled + y
+    rounded = out + 1e-5  # within the tolerance, off the value key
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    t = a.tensor
+    a.region("enter", [t("x", x, "in0"), t("y", y, "in1")])
+    a.op("aten::mul.Tensor", [t("x", x)], [t("half", half, "0")], src="act.py:66")
+    a.op("aten::add.Tensor", [t("half", half)], [t("inner", inner, "0")], src="act.py:66")
+    a.op("aten::mul.Tensor", [t("inner", inner), t("x", x, "other")], [t("scaled", scaled, "0")], src="act.py:66")
+    a.op("aten::add.Tensor", [t("scaled", scaled), t("y", y, "other")], [t("out", out, "0")], src="act.py:66")
+    a.region("exit", [t("out", out, "0")])
+    t = b.tensor
+    b.region("enter", [t("x", x, "in0"), t("y", y, "in1")])
+    b.kernel("triton_poi_fused_add_mul_0", [t("x", x, "in_ptr0"), t("y", y, "in_ptr1")], [t("out", rounded, "out_ptr0")],
+             src="act.py:66",
+             fuses=("aten::mul.Tensor", "aten::add.Tensor", "aten::mul.Tensor", "aten::add.Tensor"))
+    b.region("exit", [t("out", rounded, "0")])
+    a_path, b_path = a.close(), b.close()
+    a_skeleton, b_skeleton = build_skeleton(a_path), build_skeleton(b_path)
+    assert keys_of(next(r for r in Trace(a_path) if r.get("op") and r["i"] == 4))[2] != \
+        keys_of(next(r for r in Trace(b_path) if r["t"] == "kernel"))[2], "the kernel's value must miss A's key"
+    partner, tier = align(a_skeleton, b_skeleton)
+    assert (partner[4], tier[4]) == (1, OP_TIER) and partner[2] == -1, list(partner)
+    assert _report(a_path, b_path)["verdict"] == "match"
+
 def _gelu_recomputed_in_backward(builder: TraceBuilder, compiled: bool, fault: str = "norm_backward") -> None:
     """g = gelu(x) (line 33), a gradient gr (line 35), the layer norm's backward of gr at g (line 34), its sum
     (line 36). The compiled backward recomputes gelu from x with a kernel of its own and computes the layer

@@ -12,7 +12,8 @@ Three tiers, each refining the gaps the previous one left:
    many same-shape ops in another order than eager autograd;
 2. inside each gap, op family + output shapes, at the same source line where
    both are known: where values differ, the op that should have computed the
-   same thing; then an op and a kernel named for it (inductor names kernels
+   same thing (where several tie, the last of them: a kernel writes the value
+   of its chain's last op); then an op and a kernel named for it (inductor names kernels
    after the aten ops they came from) at the same line with the same shapes,
    the last such kernel of the gap;
 3. inside what remains, output shapes alone: ops that stand in the same place
@@ -251,7 +252,9 @@ def _refined(pairs: Pairs, a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
         tier[i] = VALUE_TIER
     # Same op family at different source lines is not "the op that should have computed the same
     # thing": a kernel ending in a layer norm's bias `add` must not pair with the residual `add` before it.
-    pairs = [(i, j) for i, j in _refine(pairs, len(a), len(b), primary_keys)
+    # Where ops tie, the last ones of a gap pair: a kernel writes the value of its chain's last op
+    # (a GELU backward's kernel ends in the last of its line's `add`s, not the first).
+    pairs = [(i, j) for i, j in _refine(pairs, len(a), len(b), primary_keys, from_end=True)
              if tier[i] == VALUE_TIER or not _sources_differ(a, b, i, j)]
     for i, _ in pairs:
         tier[i] = tier[i] or OP_TIER
