@@ -89,6 +89,39 @@ def test_inplace_ops_see_inputs_before_and_outputs_after(tmp_path: Path) -> None
     assert add_out["out"][0]["fp"]["sum"] == 9.0
 
 
+
+
+def test_a_tensor_an_inplace_foreach_op_wrote_is_read_as_a_new_value(tmp_path: Path) -> None:
+    """AdamW's foreach step (the default on CUDA) writes the weights with ops that return nothing, and
+    under a dispatch mode torch leaves their version counters alone: a later read must not name the
+    value from before the write (whose record agreed), or the diff takes the new weights for the old."""
+    with tracediff.record(tmp_path / "t.jsonl"):
+        weights = [torch.zeros(3), torch.ones(2)]
+        before = weights[1].sum()
+        torch._foreach_add_(weights, [torch.ones(3), torch.ones(2)])
+        after = weights[1].sum()
+    first, second = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::sum"]
+    assert first["in"][0]["id"] == second["in"][0]["id"] and first["in"][0]["v"] != second["in"][0]["v"]
+    assert second["in"][0]["fp"]["sum"] == 4.0 and (float(before), float(after)) == (2.0, 4.0)
+
+def test_a_detached_tensor_is_a_value_of_the_tensor_it_was_detached_from(tmp_path: Path) -> None:
+    """`p.detach()` shares p's storage and version counter without being a view: a later read of it (a
+    script saving its updated weights) is p's value at that version, made by whatever last wrote p."""
+    weight = torch.nn.Parameter(torch.zeros(3))
+    with tracediff.record(tmp_path / "t.jsonl"):
+        with torch.no_grad():
+            weight.add_(1)
+        detached = weight.detach()
+        detached.sum()
+        with torch.no_grad():
+            weight.mul_(2)
+        detached.sum()
+    add_, detach, first, mul_, second = _ops(tmp_path / "t.jsonl")
+    owner = add_["out"][0]["id"]
+    assert detach["out"][0]["b"] == owner and first["in"][0]["b"] == owner
+    assert first["in"][0]["v"] == add_["out"][0]["v"] and second["in"][0]["v"] == mul_["out"][0]["v"]
+    assert second["in"][0]["fp"]["sum"] == 6.0
+
 def test_views_name_their_base_and_a_write_through_one_is_a_value_of_the_base(tmp_path: Path) -> None:
     with tracediff.record(tmp_path / "t.jsonl"):
         h = torch.zeros(2, 3)

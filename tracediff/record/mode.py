@@ -13,6 +13,7 @@ import contextlib
 import math
 import sys
 import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
@@ -106,6 +107,7 @@ class _OpInfo:
     reorders: bool  # a layout view that changes the elements' row-major order (transpose)
     uninitialized: bool  # every output is uninitialized memory
     scratch_outputs: frozenset[str]  # names of outputs that are uninitialized scratch
+    aliases_storage: bool  # returns its input's storage and version counter without being a view (detach)
 
     @classmethod
     def of(cls, func: Any) -> "_OpInfo":
@@ -114,10 +116,13 @@ class _OpInfo:
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
                    schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
                    schema_name in _UNINITIALIZED_OUTPUT_OPS,
-                   _SCRATCH_OUTPUTS.get(schema_name, frozenset()))
+                   _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES)
 
 
 _NO_ARG = ("", False, False)
+
+# Ops whose result shares its input's storage and version counter but is no view (no `_base`).
+_STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
 
 
 def _tensor_arguments(info: _OpInfo, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, bool, bool]]:
@@ -189,6 +194,9 @@ class TraceRecorder(TorchDispatchMode):
         self.sources = SourceFinder()
         self.backward_sources = BackwardSources()
         self._tensor_ids: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        # A `detach`/`alias` result -> the tensor whose storage and version counter it shares (weakly):
+        # not a view, so it names no `_base`, yet a write to either is a new value of both.
+        self._alias_of: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self._next_tensor_id = 0
         self._seq = 0
         self.ops = 0
@@ -235,11 +243,12 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         """
         entry = self._entry(t)
-        base = t._base if t._is_view() else None
+        base = t._base if t._is_view() else self._aliased(t)
         storage = entry if base is None else self._entry(base)
         if written:
             storage[3] += 1
-        version = _version(t)
+        # An alias shares its base's counter only once the op making it has returned: read the base's.
+        version = _version(t if base is None or t._is_view() else base)
         if version is not None:
             version += storage[3] + (1 if mutated else 0)
         fp = None
@@ -265,6 +274,21 @@ class TraceRecorder(TorchDispatchMode):
         if base is not None:
             described["b"] = storage[0]
         return described
+
+    def _count_unreturned_writes(self, tensor_args: list[tuple[str, torch.Tensor, bool, bool]], returned: set[int],
+                                 versions_before: dict[int, int | None]) -> None:
+        """An in-place foreach op (AdamW's `_foreach_addcdiv_` on CUDA) returns nothing, and under a
+        dispatch mode torch does not bump the counters of the tensors it wrote: count those writes, so a
+        later read is a new value (made by no record: the trace does not hold foreach writes as outputs)."""
+        for _, t, is_written, _ in tensor_args:
+            if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
+                base = t._base if t._is_view() else self._aliased(t)
+                self._entry(t if base is None else base)[3] += 1
+
+    def _aliased(self, t: torch.Tensor) -> torch.Tensor | None:
+        """The tensor a `detach`/`alias` result shares its storage and version counter with, if alive."""
+        ref = self._alias_of.get(t)
+        return None if ref is None else ref()
 
     def _entry(self, t: torch.Tensor) -> list:
         """The tensor's [id, version fingerprinted at, fingerprint, writes the counter missed]."""
@@ -423,6 +447,7 @@ class TraceRecorder(TorchDispatchMode):
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
             # Tensors the op writes (in-place self, out= buffers), by Python id.
             written = {id(t) for _, t, w, _ in tensor_args if w}
+            versions_before = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
         finally:
             self._internal = False
 
@@ -430,9 +455,14 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
+            if info.aliases_storage and isinstance(result, torch.Tensor) and tensor_args:
+                source = tensor_args[0][1]
+                shared = source._base if source._is_view() else self._aliased(source)
+                self._alias_of[result] = weakref.ref(source if shared is None else shared)
             same_as = self._layout_view_fingerprint(info, inputs)
-            outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as)
-                       for name, t in _output_tensors(result)]
+            returned = _output_tensors(result)
+            outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
+            self._count_unreturned_writes(tensor_args, {id(t) for _, t in returned}, versions_before)
             if info.uninitialized or info.scratch_outputs:
                 for out in outputs:
                     if info.uninitialized or out["a"] in info.scratch_outputs:
