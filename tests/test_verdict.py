@@ -1648,3 +1648,48 @@ def test_a_kernel_fusing_a_candidates_op_is_no_change_made_at_the_kernels_own_li
     first = _first_divergence_aligned(tmp_path, _bias_gradient_scaled_in_the_next_layers_kernel, {
         0: (0, VALUE_TIER), 4: (2, OP_TIER)})
     assert (first["op"], first["source"]) == ("aten::sum.dim_IntList", "m.py:36"), first["note"]
+
+
+def _residual_scaled_then_normalized_away(builder: TraceBuilder, compiled: bool) -> None:
+    """GPT-2's last residual `add` (line 310), `ln_f` (619), `lm_head` (698). The compiled run, one
+    kernel per op, scales the add's output 1% after computing it (a pass's `mul` at line 310) and runs
+    the layer norm as kernels of its own (the centred input, then the normalized output): the norm
+    takes the scale away within the tolerance, and `lm_head` shows what is left 1.5 times beyond it."""
+    t = builder.tensor
+    x = torch.linspace(-1, 1, 64).reshape(4, 16)
+    res = x + 0.5
+    ln = torch.nn.functional.layer_norm(res, (16,))
+    head = torch.zeros(16, 1)
+    head[5] = 1.0
+    shown = ln.clone()
+    if compiled:
+        shown[:, 5] *= 1 + 1.5e-4
+    builder.region("enter", [t("x", x, "in0")])
+    if compiled:
+        builder.kernel("cpp_fused_add_0", [t("x", x, "in_ptr0")], [t("res", res, "out_ptr0")], src="m.py:310",
+                       fuses=("aten::add.Tensor",))
+        builder.kernel("cpp_fused_add_1", [t("res", res, "in_ptr0")], [t("scaled", res * 1.01, "out_ptr0")],
+                       src="m.py:310", fuses=("aten::mul.Tensor",))
+        centred = res * 1.01 - (res * 1.01).mean(-1, keepdim=True)
+        builder.kernel("cpp_fused_native_layer_norm_2", [t("scaled", res * 1.01, "in_ptr0")],
+                       [t("centred", centred, "out_ptr0")], src="m.py:619", fuses=("aten::sub.Tensor",))
+        builder.kernel("cpp_fused_native_layer_norm_3", [t("centred", centred, "in_ptr0")],
+                       [t("ln", shown, "out_ptr0")], src="m.py:619", fuses=("aten::native_layer_norm",))
+        builder.op("aten::mm.out", [t("ln", shown), t("head", head, "mat2")], [t("logits", shown @ head, "out")],
+                   src="m.py:698", g="g0")
+    else:
+        builder.op("aten::add.Tensor", [t("x", x)], [t("res", res, "0")], src="m.py:310")
+        builder.op("aten::native_layer_norm", [t("res", res, "input")], [t("ln", ln, "0")], src="m.py:619")
+        builder.op("aten::mm", [t("ln", ln), t("head", head, "mat2")], [t("logits", ln @ head, "0")], src="m.py:698")
+    builder.region("exit", [t("logits", shown @ head, "out0")])
+
+
+def test_a_change_a_decomposed_norm_absorbed_is_named_where_b_made_it_though_the_next_op_shows_it(
+        tmp_path: Path) -> None:
+    """CPU, GPT-2 training step under inductor, bench seed 3 (g0n54): the run with one kernel per op pinned
+    `lm_head`'s `mm` by value, 1.1 times beyond the tolerance, though B had changed the residual `add`'s
+    agreed value 100 times beyond it right before the layer norm (whose last kernel reads the centred
+    input, a value B alone computes). The change B made is named; the `mm` is where it showed again."""
+    first = _eager_against_inductor(tmp_path, _residual_scaled_then_normalized_away)
+    assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:310"), first["note"]
+    assert first["observed"]["op"] == "aten::mm" and "cpp_fused_add_1" in first["note"]
