@@ -121,6 +121,13 @@ class _OpInfo:
 
 _NO_ARG = ("", False, False)
 
+
+def _aliased(entry: list) -> torch.Tensor | None:
+    """The tensor a `detach`/`alias` result shares its storage and version counter with, if alive
+    (`TraceRecorder._entry`)."""
+    ref = entry[4]
+    return None if ref is None else ref()
+
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
 _STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
 
@@ -194,9 +201,6 @@ class TraceRecorder(TorchDispatchMode):
         self.sources = SourceFinder()
         self.backward_sources = BackwardSources()
         self._tensor_ids: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
-        # A `detach`/`alias` result -> the tensor whose storage and version counter it shares (weakly):
-        # not a view, so it names no `_base`, yet a write to either is a new value of both.
-        self._alias_of: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self._next_tensor_id = 0
         self._seq = 0
         self.ops = 0
@@ -243,7 +247,7 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         """
         entry = self._entry(t)
-        base = t._base if t._is_view() else self._aliased(t)
+        base = t._base if t._is_view() else _aliased(entry)
         storage = entry if base is None else self._entry(base)
         if written:
             storage[3] += 1
@@ -282,19 +286,17 @@ class TraceRecorder(TorchDispatchMode):
         later read is a new value (made by no record: the trace does not hold foreach writes as outputs)."""
         for _, t, is_written, _ in tensor_args:
             if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
-                base = t._base if t._is_view() else self._aliased(t)
+                base = t._base if t._is_view() else _aliased(self._entry(t))
                 self._entry(t if base is None else base)[3] += 1
 
-    def _aliased(self, t: torch.Tensor) -> torch.Tensor | None:
-        """The tensor a `detach`/`alias` result shares its storage and version counter with, if alive."""
-        ref = self._alias_of.get(t)
-        return None if ref is None else ref()
-
     def _entry(self, t: torch.Tensor) -> list:
-        """The tensor's [id, version fingerprinted at, fingerprint, writes the counter missed]."""
+        """The tensor's [id, version fingerprinted at, fingerprint, writes the counter missed, alias of]:
+        a `detach`/`alias` result shares another tensor's storage and version counter without being a
+        view (no `_base`), so a write to either is a new value of both; the last entry holds that tensor
+        (weakly), or None."""
         entry = self._tensor_ids.get(t)
         if entry is None:
-            entry = [self._next_tensor_id, None, None, 0]
+            entry = [self._next_tensor_id, None, None, 0, None]
             self._next_tensor_id += 1
             self._tensor_ids[t] = entry
         return entry
@@ -457,12 +459,13 @@ class TraceRecorder(TorchDispatchMode):
         try:
             if info.aliases_storage and isinstance(result, torch.Tensor) and tensor_args:
                 source = tensor_args[0][1]
-                shared = source._base if source._is_view() else self._aliased(source)
-                self._alias_of[result] = weakref.ref(source if shared is None else shared)
+                shared = source._base if source._is_view() else _aliased(self._entry(source))
+                self._entry(result)[4] = weakref.ref(source if shared is None else shared)
             same_as = self._layout_view_fingerprint(info, inputs)
             returned = _output_tensors(result)
             outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
-            self._count_unreturned_writes(tensor_args, {id(t) for _, t in returned}, versions_before)
+            if written:
+                self._count_unreturned_writes(tensor_args, {id(t) for _, t in returned}, versions_before)
             if info.uninitialized or info.scratch_outputs:
                 for out in outputs:
                     if info.uninitialized or out["a"] in info.scratch_outputs:
