@@ -1693,3 +1693,37 @@ def test_a_change_a_decomposed_norm_absorbed_is_named_where_b_made_it_though_the
     first = _eager_against_inductor(tmp_path, _residual_scaled_then_normalized_away)
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:310"), first["note"]
     assert first["observed"]["op"] == "aten::mm" and "cpp_fused_add_1" in first["note"]
+
+
+def _value_projection_scaled_then_cached(builder: TraceBuilder, compiled: bool) -> None:
+    """Llama's `v_proj` (line 246) and the KV cache's `torch.cat` (cache.py:137) feeding attention (line
+    182). The compiled run computes the projection with an extern `mm`, then a kernel at its line (a
+    pass's `mul`) scales it 1% and writes the cache's concatenation in the same loop."""
+    t = builder.tensor
+    x = torch.linspace(-1, 1, 64).reshape(4, 16)
+    w = torch.linspace(0.5, 1.5, 256).reshape(16, 16)
+    v = x @ w
+    cached = torch.cat([torch.zeros(0, 16), v * (1.01 if compiled else 1.0)])
+    out = cached * 0.5
+    builder.region("enter", [t("x", x, "in0")])
+    if compiled:
+        builder.op("aten::mm.out", [t("x", x), t("w", w, "mat2")], [t("v", v, "out")], src="m.py:246", g="g0")
+        builder.kernel("cpp_fused_cat_mul_0", [t("v", v, "in_ptr0")], [t("cached", cached, "out_ptr0")],
+                       src="m.py:246", fuses=("aten::mul.Tensor", {"op": "aten::cat", "src": "cache.py:137"}))
+        builder.kernel("cpp_fused_mul_1", [t("cached", cached, "in_ptr0")], [t("out", out, "out_ptr0")],
+                       src="attn.py:182", fuses=("aten::mul.Tensor",))
+    else:
+        builder.op("aten::mm", [t("x", x), t("w", w, "mat2")], [t("v", v, "0")], src="m.py:246")
+        builder.op("aten::view", [t("v", v)], [t("vv", v, "0", base="v")], src="m.py:246")
+        builder.op("aten::cat", [t("empty", torch.zeros(0, 16), "tensors.0"), t("vv", v, "tensors.1", base="v")],
+                   [t("cached", cached, "0")], src="cache.py:137")
+        builder.op("aten::mul.Tensor", [t("cached", cached)], [t("out", out, "0")], src="attn.py:182")
+    builder.region("exit", [t("out", out, "out0")])
+
+
+def test_a_concatenation_is_never_named_for_a_change_made_before_it(tmp_path: Path) -> None:
+    """CPU, Llama under inductor, bench seed 5 (g0n57): a fault in `v_proj` was named at the KV cache's
+    `torch.cat`, the only candidate besides views. A concatenation copies its inputs' values: like a
+    view, it is never the op that changed one."""
+    first = _eager_against_inductor(tmp_path, _value_projection_scaled_then_cached)
+    assert (first["op"], first["source"]) == ("aten::mm", "m.py:246"), first["note"]

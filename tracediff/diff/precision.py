@@ -39,6 +39,7 @@ _MOVES = frozenset({
     "aten::squeeze", "aten::unsqueeze", "aten::as_strided", "aten::alias", "aten::detach", "aten::flatten",
     "aten::unflatten", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::narrow", "aten::unbind",
     "aten::view_as", "aten::movedim", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::copy",
+    "aten::cat", "aten::stack",  # concatenations: each output element is a copy of an input's
     "aten::_to_copy", "aten::to", "aten::_to_dtype", "prims::convert_element_type",
 })
 # Of those, the ones that may change dtype: value-preserving only when they widen.
