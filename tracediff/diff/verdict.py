@@ -1143,7 +1143,9 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     computed it in another order (a layer's input gradient before its bias's)."""
     if tb is None:
         return None
-    lines = {c.source for c in candidates}
+    # The lines of candidates that compute: a view computes nothing a kernel at its line could stand for
+    # (Llama's `o_proj` output reshaped at its line, then a pass's `mul` there).
+    lines = {c.source for c in candidates if not only_moves(c.op)}
     made_in_b = b_side.walk_back(tb, through_loose)
     # At a line where B's records compute anew a value that agreed (not rewrite one they read: a weight of
     # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
