@@ -122,11 +122,14 @@ class _OpInfo:
 _NO_ARG = ("", False, False)
 
 
-def _aliased(entry: list) -> torch.Tensor | None:
-    """The tensor a `detach`/`alias` result shares its storage and version counter with, if alive
-    (`TraceRecorder._entry`)."""
+def _storage_owner(t: torch.Tensor, entry: list) -> torch.Tensor | None:
+    """The tensor whose storage and version counter `t` shares: a view's base, or what a `detach`/`alias`
+    result (`entry`: its `TraceRecorder._entry`) was made from, if alive; None for a tensor of its own."""
+    if t._is_view():
+        return t._base
     ref = entry[4]
     return None if ref is None else ref()
+
 
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
 _STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
@@ -247,7 +250,7 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         """
         entry = self._entry(t)
-        base = t._base if t._is_view() else _aliased(entry)
+        base = _storage_owner(t, entry)
         storage = entry if base is None else self._entry(base)
         if written:
             storage[3] += 1
@@ -286,7 +289,7 @@ class TraceRecorder(TorchDispatchMode):
         later read is a new value (made by no record: the trace does not hold foreach writes as outputs)."""
         for _, t, is_written, _ in tensor_args:
             if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
-                base = t._base if t._is_view() else _aliased(self._entry(t))
+                base = _storage_owner(t, self._entry(t))
                 self._entry(t if base is None else base)[3] += 1
 
     def _entry(self, t: torch.Tensor) -> list:
@@ -447,9 +450,8 @@ class TraceRecorder(TorchDispatchMode):
         try:
             tensor_args = _tensor_arguments(info, args, kwargs)
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
-            # Tensors the op writes (in-place self, out= buffers), by Python id.
-            written = {id(t) for _, t, w, _ in tensor_args if w}
-            versions_before = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
+            # Tensors the op writes (in-place self, out= buffers), by Python id, with their versions before.
+            written = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
         finally:
             self._internal = False
 
@@ -459,13 +461,13 @@ class TraceRecorder(TorchDispatchMode):
         try:
             if info.aliases_storage and isinstance(result, torch.Tensor) and tensor_args:
                 source = tensor_args[0][1]
-                shared = source._base if source._is_view() else _aliased(self._entry(source))
+                shared = _storage_owner(source, self._entry(source))
                 self._entry(result)[4] = weakref.ref(source if shared is None else shared)
             same_as = self._layout_view_fingerprint(info, inputs)
             returned = _output_tensors(result)
             outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
             if written:
-                self._count_unreturned_writes(tensor_args, {id(t) for _, t in returned}, versions_before)
+                self._count_unreturned_writes(tensor_args, {id(t) for _, t in returned}, written)
             if info.uninitialized or info.scratch_outputs:
                 for out in outputs:
                     if info.uninitialized or out["a"] in info.scratch_outputs:
