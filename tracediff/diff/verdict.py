@@ -423,7 +423,9 @@ class _BSide:
                 if t.get("a") in loose_args:
                     _put_bounded(self.loose, key, None)
             content = _content(t)
-            if content is not None:
+            # A value that agreed only loosely is no evidence that a record writing its content recomputes A's
+            # value (a pass's `mul` of a small gradient, then a view of it paired and agreeing within atol).
+            if content is not None and t.get("a") not in loose_args:
                 _put_bounded(self.agreed_contents, content, a_index)
 
     def recomputes(self, made: _Made) -> bool:
@@ -806,6 +808,14 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             # Differs only because it reads amplified values: amplified too, not a cause.
             amplified.mark(_differing(ra, out_diffs), _input_origin(ra, carried[0], amplified))
             walker.unknown(ra, candidate=False, compared=True)
+        elif out_diffs and not in_diffs and ra["t"] == OP and preserves_values(ra):
+            # A view, slice or copy changes no value: its input held the difference, within the tolerance
+            # over the whole tensor (a slice keeps the part where it sits). Never the cause.
+            if amplified.first is not None:
+                amplified.mark(_differing(ra, out_diffs), amplified.first)
+                walker.unknown(ra, candidate=False, compared=True)
+            else:
+                result.first = _shown_by_a_move(ra, rb, passed, out_diffs, walker)
         elif out_diffs and not in_diffs:
             worst = _worst(out_diffs)
             mismatch = _inputs_mismatch(ra, rb, by_name)
@@ -1145,7 +1155,10 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         return None
     # The lines of candidates that compute: a view computes nothing a kernel at its line could stand for
     # (Llama's `o_proj` output reshaped at its line, then a pass's `mul` there).
-    lines = {c.source for c in candidates if not only_moves(c.op)}
+    # Not when `tb` is an input the paired op read loosely (through_loose): the records behind it ran before
+    # B's partner of that op, which computes it; they are no piece of it (a pass's `mul` of `variance + eps`,
+    # then `rsqrt`, all at one line).
+    lines = set() if through_loose else {c.source for c in candidates if not only_moves(c.op)}
     made_in_b = b_side.walk_back(tb, through_loose)
     # At a line where B's records compute anew a value that agreed (not rewrite one they read: a weight of
     # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
@@ -1245,6 +1258,20 @@ def _changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_
             return replace(found, note=f"{found.note}; the values in between agreed only within the absolute "
                                        f"tolerance (small values, changed by more than rtol relative)")
     return None
+
+
+def _shown_by_a_move(ra: dict, rb: dict, passed: list, diffs: list[TensorDiff], walker: _Walker) -> Divergence:
+    """A value-preserving op's outputs differ while its inputs agree within the tolerance over the whole
+    tensor: the difference was made before it. Name the ops of A that made its inputs (not pinned)."""
+    seen, worst = Place.of(ra), _worst(diffs)
+    makers = tuple(dict.fromkeys(m for m in (walker.maker_behind_views(ta) for ta, _, _ in passed) if m is not None))
+    note = (f"{seen.op} only moves values: its input already held this difference, within the tolerance over "
+            f"the whole tensor")
+    if not makers:
+        return Divergence(_kind(worst), seen, Place.of(rb), (seen,), worst, False,
+                          f"{note}; no recorded op of A made that input", may_start_earlier=True)
+    return Divergence(_kind(worst), makers[-1], None, makers, worst, False, f"{note}; named: the op that made it",
+                      observed=seen, may_start_earlier=True)
 
 
 def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
