@@ -48,3 +48,28 @@ def output_difference(a_file: Path, b_file: Path, tolerance: Tolerance) -> dict[
         worst["statistics"] = max(worst["statistics"], *(float(x) for x in statistics))
         worst["elements"] = max(worst["elements"], float((a - b).abs().max() / (rtol * a.abs().max() + atol)))
     return worst
+
+
+def clean_results(fault_dir: Path) -> Path:
+    """The results the clean compiled run (no fault) of a fault's model and backend saved."""
+    return fault_dir.parent / "clean" / "a.pt"
+
+
+def observability(reference: Path, faulty: Path, clean: Path, tolerance: Tolerance) -> dict:
+    """Is the fault observable? Its run's results must differ from eager's beyond the tolerance, and the
+    fault's own effect (its results against the clean compiled run's) must exceed both the tolerance and
+    what the backend alone changes (the clean run's results against eager's, its noise). A compiled
+    training step can move the results beyond the tolerance with no fault at all (AdamW amplifying
+    rounding of near-zero gradients), which tracediff rightly calls noise: a fault whose effect is no
+    larger cannot be told from it by any comparison of these runs, and is counted apart (`in_noise`).
+    `effect` and `noise` are None where the clean run saved no results: then eager's difference decides.
+
+    Returns {"difference", "effect", "noise", "observable", "in_noise"}."""
+    difference = output_difference(reference, faulty, tolerance)
+    beyond = difference is not None and difference["statistics"] > 1
+    effect = output_difference(clean, faulty, tolerance) if clean.is_file() else None
+    noise = output_difference(reference, clean, tolerance) if clean.is_file() else None
+    floor = max(1.0, noise["statistics"]) if noise is not None else 1.0
+    observable = beyond and (effect is None or effect["statistics"] > floor)
+    return {"difference": difference, "effect": effect, "noise": noise, "observable": observable,
+            "in_noise": beyond and not observable}

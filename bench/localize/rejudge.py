@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from observe import float32_tolerance, output_difference
+from observe import clean_results, float32_tolerance, observability
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
@@ -46,8 +46,8 @@ def with_observability(result: dict[str, Any], config: Config) -> dict[str, Any]
     a_file, b_file = Path(result.get("reference_results") or ""), Path(result["dir"]) / "b.pt"
     if result.get("plant") is None or not (a_file.is_file() and b_file.is_file()):
         return result
-    difference = output_difference(a_file, b_file, float32_tolerance(config, result.get("device", "cpu")))
-    return dict(result, difference=difference, observable=difference is not None and difference["statistics"] > 1)
+    tolerance = float32_tolerance(config, result.get("device", "cpu"))
+    return dict(result, **observability(a_file, b_file, clean_results(Path(result["dir"])), tolerance))
 
 
 def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:
