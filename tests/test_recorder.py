@@ -100,9 +100,15 @@ def test_a_tensor_an_inplace_foreach_op_wrote_is_read_as_a_new_value(tmp_path: P
         before = weights[1].sum()
         torch._foreach_add_(weights, [torch.ones(3), torch.ones(2)])
         after = weights[1].sum()
-    first, second = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::sum"]
+    ops = _ops(tmp_path / "t.jsonl")
+    first, second = [r for r in ops if r["op"] == "aten::sum"]
     assert first["in"][0]["id"] == second["in"][0]["id"] and first["in"][0]["v"] != second["in"][0]["v"]
     assert second["in"][0]["fp"]["sum"] == 4.0 and (float(before), float(after)) == (2.0, 4.0)
+    # The foreach op names what it wrote (no fingerprint: not read), so the diff knows who made the value.
+    (foreach,) = [r for r in ops if r["op"].startswith("aten::_foreach_add_")]
+    written = {(t["id"], t["v"]) for t in foreach["out"]}
+    assert (second["in"][0]["id"], second["in"][0]["v"]) in written and len(written) == 2
+    assert all(t["fp"] is None and t["unread"] for t in foreach["out"])
 
 def test_a_detached_tensor_is_a_value_of_the_tensor_it_was_detached_from(tmp_path: Path) -> None:
     """`p.detach()` shares p's storage and version counter without being a view: a later read of it (a

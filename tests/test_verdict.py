@@ -1617,6 +1617,42 @@ def test_an_op_whose_inputs_are_bitwise_equal_is_pinned_however_barely_beyond(tm
     assert first["may_start_earlier"] is False and first["pinned_by"] == "value", first["note"]
 
 
+def _small_gradient_scaled_then_applied_by_a_foreach_step(builder: TraceBuilder, compiled: bool) -> None:
+    """A small gradient (about 3e-5) from an `mm` at line 119 inside the compiled region, negated at line 120;
+    the compiled run scales it by 1.01 with an op of its own at line 119. Outside the region, an in-place foreach step at line 75
+    (AdamW's on CUDA) writes the weight (its write listed unread, without a fingerprint) with an update
+    that makes the difference visible; line 80 reads the weight."""
+    t = builder.tensor
+    go, w = torch.linspace(-1, 1, 24).reshape(6, 4), torch.linspace(0.5, 1.5, 16).reshape(4, 4) * 1e-5
+    g = go @ w
+    weight = torch.full((6, 4), 0.1)
+    builder.region("enter", [t("go", go, "in0"), t("w", w, "in1")])
+    builder.op("aten::mm", [t("go", go), t("w", w, "mat2")], [t("g", g, "0")], src="m.py:119")
+    if compiled:
+        builder.op("aten::mul.Tensor", [t("g", g)], [t("gs", g * 1.01, "0")], src="m.py:119")
+        g = g * 1.01
+    builder.op("aten::neg", [t("gs" if compiled else "g", g)], [t("ng", -g, "0")], src="m.py:120")
+    g = -g
+    builder.region("exit", [t("ng", g, "out0")])
+    builder.op("aten::_foreach_add_.List", [t("weight", weight, "self.0"), t("ng", g, "other.0")],
+               [t("weight", weight, "self.0", v=1, fp=None, unread=True)], src="m.py:75")
+    updated = weight - 1000 * g
+    builder.op("aten::_to_copy", [t("weight", updated, v=1)], [t("copy", updated.double(), "0")], src="m.py:80")
+
+
+def test_a_change_within_the_absolute_tolerance_made_visible_by_a_foreach_step_is_named_where_b_made_it(
+        tmp_path: Path) -> None:
+    """H100 GPT-2 training step under aot_eager (seed 9, g3n6): a pass scaled a GELU backward `mul` by 1.01;
+    the gradients stayed within the absolute tolerance, AdamW's foreach step (which returns nothing) made the
+    difference visible in the weights, and the report said a program input differed where the script saved
+    them: no record had made the new weights. The foreach step now lists its writes; the walk back passes
+    it and the loosely agreeing gradients to the `mul` B ran."""
+    first = _eager_against_inductor(tmp_path, _small_gradient_scaled_then_applied_by_a_foreach_step)
+    assert (first["op"], first["source"]) == ("aten::mm", "m.py:119"), first["note"]
+    assert first["b"]["op"] == "aten::mul.Tensor" and first["observed"]["source"] == "m.py:80"
+    assert "not fingerprinted" in first["note"]
+
+
 def _input_gradient_scaled_before_its_bias_gradient(builder: TraceBuilder, compiled: bool) -> None:
     """The backward of `h = torch.tanh(fc(x)) + x` (line 35) feeding a layer norm's backward (line 34), as
     recorded: eager autograd computes the input gradient's `mm`, the weight's, the bias's `sum` (and its

@@ -194,6 +194,8 @@ class _Produced:
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
     outputs: tuple[dict[str, Any], ...] = ()  # a candidate's output tensors (fingerprinted)
+    # Paired with B's record, but what it wrote was not fingerprinted (an in-place foreach op's writes).
+    uncompared: bool = False
 
 
 class _Walker:
@@ -229,6 +231,10 @@ class _Walker:
                     _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), True, True))
                 elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
                     _put_bounded(self.unknown_producers, key, _Produced(place, _reads(record), False, False))
+                elif t.get("unread"):  # written, not fingerprinted (AdamW's foreach step): made here, unseen
+                    self.agreed.pop(key, None)
+                    _put_bounded(self.unknown_producers, key,
+                                 _Produced(place, _reads(record), True, False, uncompared=True))
                 else:
                     _put_bounded(self.agreed, key, place)
                     reads = _reads(record)
@@ -418,6 +424,8 @@ class _BSide:
         `loose`: those of its outputs that agreed only within the absolute tolerance (_loose)."""
         loose_args = {t.get("a") for t in loose}
         for t in record.get("out", ()):
+            if t.get("unread"):  # written, never fingerprinted: not known to agree
+                continue
             for key in _filed(record, t):
                 _put_bounded(self.agreed, key, a_index)
                 if t.get("a") in loose_args:
@@ -860,6 +868,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             elif candidates:
                 result.first = (_changed_after_its_pair(ra, rb, tb, _places(candidates), out_diffs or in_diffs, walker,
                                                         b_side, comparer)
+                                or _changed_behind_unread_writes(ra, rb, tb, candidates, out_diffs or in_diffs, walker,
+                                                                 b_side)
                                 or _from_walk(ra, rb, candidates, out_diffs or in_diffs, inputs_agree=False))
             else:
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
@@ -1260,6 +1270,22 @@ def _loose(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, 
     atol 1e-5), not noise. They agree by the tolerance's rule; a walk back may still pass through them."""
     return [tb for ta, tb, c in passed if c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
             and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
+
+
+def _changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: list[_Produced],
+                                  diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """A's walk back reached a record whose writes were not fingerprinted (AdamW's foreach step on CUDA
+    writes the weights in place): the values it read agreed, maybe only within the absolute tolerance (small
+    gradients, 1% off), and its update (m / sqrt(v)) made that difference visible. Where B changed such a
+    value by a record only B runs, reading A's agreed value at its line, name that record's op."""
+    if tb is None or not any(c.uncompared for c in candidates):
+        return None
+    found = _changed_after_its_pair(ra, rb, tb, _places(candidates), diffs, walker, b_side, through_loose=True)
+    if found is None or not found.changed_in_b:
+        return None
+    return replace(found, note=f"{found.note}; the values in between agreed only within the absolute tolerance "
+                               f"(small values, changed by more than rtol relative) until an update whose writes "
+                               f"are not fingerprinted ({candidates[-1].place.op}) made it visible")
 
 
 def _changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_diffs: list[TensorDiff],

@@ -282,15 +282,20 @@ class TraceRecorder(TorchDispatchMode):
             described["b"] = storage[0]
         return described
 
-    def _count_unreturned_writes(self, tensor_args: list[tuple[str, torch.Tensor, bool, bool]], returned: set[int],
-                                 versions_before: dict[int, int | None]) -> None:
+    def _unreturned_writes(self, tensor_args: list[tuple[str, torch.Tensor, bool, bool]], returned: set[int],
+                           versions_before: dict[int, int | None]) -> list[dict[str, Any]]:
         """An in-place foreach op (AdamW's `_foreach_addcdiv_` on CUDA) returns nothing, and under a
         dispatch mode torch does not bump the counters of the tensors it wrote: count those writes, so a
-        later read is a new value (made by no record: the trace does not hold foreach writes as outputs)."""
-        for _, t, is_written, _ in tensor_args:
+        later read is a new value, and describe each written tensor as an output, without a fingerprint
+        (reading every parameter at each step would cost a pass over the model): the diff's dataflow then
+        knows which record made the value, though it cannot compare it there."""
+        written = []
+        for name, t, is_written, _ in tensor_args:
             if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
                 base = _storage_owner(t, self._entry(t))
                 self._entry(t if base is None else base)[3] += 1
+                written.append(dict(self._describe(name, t, take_fingerprint=False), unread=True))
+        return written
 
     def _entry(self, t: torch.Tensor) -> list:
         """The tensor's [id, version fingerprinted at, fingerprint, writes the counter missed, alias of]:
@@ -467,7 +472,7 @@ class TraceRecorder(TorchDispatchMode):
             returned = _output_tensors(result)
             outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
             if written:
-                self._count_unreturned_writes(tensor_args, {id(t) for _, t in returned}, written)
+                outputs += self._unreturned_writes(tensor_args, {id(t) for _, t in returned}, written)
             if info.uninitialized or info.scratch_outputs:
                 for out in outputs:
                     if info.uninitialized or out["a"] in info.scratch_outputs:

@@ -40,6 +40,8 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          op, so the view op's own output has no `b` yet). A view shares its base's version
          counter, so an op writing the view (in place, out=, a kernel) makes value
          `v` of the base too: `v[idx] = x` changes what `base` holds.
+         "unread": true (outputs only): a tensor the op wrote in place without returning it (an
+         in-place foreach op, AdamW's step on CUDA), listed for dataflow, not fingerprinted (fp null).
          "ft": level (regions and kernels only): a torch.func wrapper (vmap, grad, jvp)
          seen outside the dispatcher, described by the tensor it wraps (record/functorch.py).
 """
