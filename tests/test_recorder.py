@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,26 @@ def test_a_detached_tensor_is_a_value_of_the_tensor_it_was_detached_from(tmp_pat
     assert detach["out"][0]["b"] == owner and first["in"][0]["b"] == owner
     assert first["in"][0]["v"] == add_["out"][0]["v"] and second["in"][0]["v"] == mul_["out"][0]["v"]
     assert second["in"][0]["fp"]["sum"] == 6.0
+
+def test_a_detached_tensor_stays_a_value_of_its_owner_after_the_owner_is_gone(tmp_path: Path) -> None:
+    """The benchmark's training script saves `p.detach()` of each weight and reads them after the model is
+    gone: the read named no owner and the version torch counts (not the foreach writes counted on the
+    owner), so it matched no record's output, and a clean CPU run with AdamW(foreach=True) under inductor
+    said "a program input differs"."""
+    with tracediff.record(tmp_path / "t.jsonl"):
+        weights = [torch.nn.Parameter(torch.zeros(3))]
+        detached = weights[0].detach()
+        with torch.no_grad():
+            torch._foreach_add_(weights, [torch.ones(3)])
+        del weights
+        gc.collect()
+        detached.sum()
+    ops = _ops(tmp_path / "t.jsonl")
+    (foreach,) = [r for r in ops if r["op"].startswith("aten::_foreach_add_")]
+    (read,) = [r for r in ops if r["op"] == "aten::sum"]
+    written = foreach["out"][0]
+    assert read["in"][0]["b"] == written["id"] and read["in"][0]["v"] == written["v"], (read["in"], written)
+
 
 def test_views_name_their_base_and_a_write_through_one_is_a_value_of_the_base(tmp_path: Path) -> None:
     with tracediff.record(tmp_path / "t.jsonl"):

@@ -1653,6 +1653,37 @@ def test_a_change_within_the_absolute_tolerance_made_visible_by_a_foreach_step_i
     assert "not fingerprinted" in first["note"]
 
 
+def _rounding_amplified_by_a_foreach_step(builder: TraceBuilder, compiled: bool) -> None:
+    """A gradient (about 0.1) from the compiled region, 1e-6 off in the compiled run (rounding); outside it an
+    in-place foreach step at line 75 writes the weight (unread) with an update that amplifies the difference
+    beyond the tolerance; line 80 reads the weight."""
+    t = builder.tensor
+    x = torch.linspace(-1, 1, 24).reshape(6, 4)
+    g = x * 0.1 * (1 + 1e-6 if compiled else 1)
+    weight = torch.full((6, 4), 0.1)
+    builder.region("enter", [t("x", x, "in0")])
+    builder.op("aten::mul.Tensor", [t("x", x)], [t("g", g, "0")], src="m.py:20")
+    builder.region("exit", [t("g", g, "out0")])
+    builder.op("aten::_foreach_add_.List", [t("weight", weight, "self.0"), t("g", g, "other.0")],
+               [t("weight", weight, "self.0", v=1, fp=None, unread=True)], src="m.py:75")
+    updated = weight + (g - x * 0.1) * 1e6  # like AdamW's m / sqrt(v) where v is about 0: rounding made visible
+    builder.op("aten::_to_copy", [t("weight", updated, v=1)], [t("copy", updated.double(), "0")], src="m.py:80")
+
+
+def test_rounding_a_foreach_step_amplifies_is_no_divergence(tmp_path: Path) -> None:
+    """CPU GPT-2 training step with AdamW(foreach=True), the default on CUDA, under inductor: the clean run was
+    a false alarm. AdamW's one-tensor ops are compared and taken for amplifiers of rounding (diff/amplified.py);
+    its foreach ops' writes are not fingerprinted, so the same difference showed only where the weights were
+    read, with nothing to say it was amplified rounding. A foreach step whose inputs differ only within the
+    tolerance now marks what it wrote as amplified, like the one-tensor ops."""
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    _rounding_amplified_by_a_foreach_step(a, False)
+    _rounding_amplified_by_a_foreach_step(b, True)
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == "match", report["first_divergence"]
+    assert any("_foreach_add_" in note and "not fingerprinted" in note for note in report["notes"]), report["notes"]
+
+
 def _input_gradient_scaled_before_its_bias_gradient(builder: TraceBuilder, compiled: bool) -> None:
     """The backward of `h = torch.tanh(fc(x)) + x` (line 35) feeding a layer norm's backward (line 34), as
     recorded: eager autograd computes the input gradient's `mm`, the weight's, the bias's `sum` (and its

@@ -49,6 +49,7 @@ class Amplifier:
     b: Place  # its counterpart in B
     worst: "TensorDiff"  # its worst differing output
     why: str  # why its inputs count as agreeing only below the tolerance
+    unread: bool = False  # its amplified values are writes not fingerprinted (AdamW's foreach step)
 
     def describe(self) -> str:
         return (f"{self.why}: it amplifies differences below the tolerance (ill-conditioned), "

@@ -349,6 +349,7 @@ class _Made:
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
     fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
+    update: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
 
     def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
         """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
@@ -399,7 +400,8 @@ class _BSide:
                              wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else (),
                              read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
                              if only_b else (),
-                             fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")))
+                             fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")),
+                             update=any(t.get("unread") for t in outs))
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -472,12 +474,15 @@ class _BSide:
             made = next((m for m in reversed(self.walk_back(t)) if not m.moves), None)
         return made
 
-    def walk_back(self, start: dict[str, Any], through_loose: bool = False) -> list[_Made]:
+    def walk_back(self, start: dict[str, Any], through_loose: bool = False,
+                  through_updates: bool = False) -> list[_Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
 
         These ran only in B (no record of A agreed with them): a compiler pass's
         inserted op, a kernel writing a value after the last paired op. `through_loose`:
-        values that agreed only within the absolute tolerance (_loose) do not stop the walk.
+        values that agreed only within the absolute tolerance (_loose) do not stop the walk;
+        nor, with `through_updates`, do records whose writes were not fingerprinted (AdamW's
+        foreach step): behind those lie a whole backward's loosely agreeing gradients.
         """
         found: dict[int, _Made] = {}
         first = _resolve(_ref(start), self.producers, self.agreed)
@@ -494,7 +499,8 @@ class _BSide:
                     or made.place.index in found:
                 continue
             found[made.place.index] = made
-            stack.extend(made.reads)
+            if not made.update or not through_loose or through_updates:
+                stack.extend(made.reads)
         return [found[i] for i in sorted(found)]
 
     def rest(self) -> Iterator[dict[str, Any]]:
@@ -771,6 +777,10 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         origins = [_input_origin(ra, d, amplified) for d in in_diffs]
         carried = [d for d, origin in zip(in_diffs, origins) if origin is not None]
         in_diffs = [d for d, origin in zip(in_diffs, origins) if origin is None]
+        if carried and not in_diffs and (found := _changed_before_an_unread_update(
+                ra, rb, carried, [o for o in origins if o is not None], by_name, walker, b_side)):
+            result.first = found
+            continue
 
         # A kernel of several ops, or of one piece of A's op's decomposition (tanh_backward's last
         # `mul`): its value is A's op's, its inputs are not A's op's inputs.
@@ -877,6 +887,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
             walker.known(ra)
             b_side.agree(rb, ra["i"], _loose(out_passed))
+            _mark_an_unread_update(ra, rb, passed, amplified, seen_regions and not open_regions)
 
     if sample is not None:
         if result.first is not None:
@@ -1167,7 +1178,8 @@ def _places(candidates: list[_Produced]) -> tuple[Place, ...]:
 
 def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
                             diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
-                            comparer: _Comparer | None = None, through_loose: bool = False) -> Divergence | None:
+                            comparer: _Comparer | None = None, through_loose: bool = False,
+                            through_updates: bool = False) -> Divergence | None:
     """A's walk back found candidates, but B made the differing value through a record only B runs
     at the line of an op of A whose output agreed: B went on computing that op's value after the
     record paired with it. A decomposition can hold the op's value before its last step (a fresh
@@ -1184,7 +1196,12 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
     # B's partner of that op, which computes it; they are no piece of it (a pass's `mul` of `variance + eps`,
     # then `rsqrt`, all at one line).
     lines = set() if through_loose else {c.source for c in candidates if not only_moves(c.op)}
-    made_in_b = b_side.walk_back(tb, through_loose)
+    made_in_b = b_side.walk_back(tb, through_loose, through_updates)
+    if through_updates:
+        # Behind an update, B's generated kernels recompute and reorder a whole backward (a layer norm's
+        # backward reading B's recomputation of its forward value): only an op B runs that A does not
+        # (a compiler pass's op) is taken for a change there.
+        made_in_b = [m for m in made_in_b if m.kernel is None]
     # At a line where B's records compute anew a value that agreed (not rewrite one they read: a weight of
     # ones), they recompute A's op there (a forward `gelu` inside a compiled backward): no change there.
     recomputed = {m.place.source for m in made_in_b if not m.moves and b_side.recomputes(m)}
@@ -1272,6 +1289,35 @@ def _loose(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, 
             and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
 
 
+def _mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplified, outside_regions: bool) -> None:
+    """A paired record whose writes were not fingerprinted (AdamW's foreach step) and whose inputs agree
+    only within the tolerance, as an amplifier's do (amplified.amplifies): what it wrote is amplified
+    noise until shown otherwise, as for AdamW's one-tensor ops, whose outputs are compared."""
+    unread = [t for t in ra.get("out", ()) if t.get("unread")]
+    why = amplifies(ra, rb, passed, outside_regions) if unread and passed else None
+    if why is None:
+        return
+    ta, tb, comparison = max(passed, key=lambda p: p[2].rel_diff)
+    worst = TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], comparison)
+    amplified.mark(unread, Amplifier(Place.of(ra), Place.of(rb), worst, f"{why}; its writes are not fingerprinted",
+                                     unread=True), observed=False)
+
+
+def _changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDiff], origins: list[Amplifier],
+                                     by_name: bool, walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """`ra`'s inputs differ only by amplification, from a record whose writes were not fingerprinted (see
+    _mark_an_unread_update): unless B changed, with a record only B runs, a value that agreed only
+    within the absolute tolerance on the way to that record (_changed_behind_unread_writes)."""
+    for d, origin in zip(carried, origins):
+        if not origin.unread:
+            continue
+        ta, tb = _input_pair(ra, rb, d, by_name)
+        found = _changed_behind_unread_writes(ra, rb, tb, walker.walk_back([ta]), [d], walker, b_side)
+        if found is not None:
+            return found
+    return None
+
+
 def _changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: list[_Produced],
                                   diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
     """A's walk back reached a record whose writes were not fingerprinted (AdamW's foreach step on CUDA
@@ -1280,7 +1326,8 @@ def _changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None,
     value by a record only B runs, reading A's agreed value at its line, name that record's op."""
     if tb is None or not any(c.uncompared for c in candidates):
         return None
-    found = _changed_after_its_pair(ra, rb, tb, _places(candidates), diffs, walker, b_side, through_loose=True)
+    found = _changed_after_its_pair(ra, rb, tb, _places(candidates), diffs, walker, b_side, through_loose=True,
+                                    through_updates=True)
     if found is None or not found.changed_in_b:
         return None
     return replace(found, note=f"{found.note}; the values in between agreed only within the absolute tolerance "

@@ -122,13 +122,12 @@ class _OpInfo:
 _NO_ARG = ("", False, False)
 
 
-def _storage_owner(t: torch.Tensor, entry: list) -> torch.Tensor | None:
-    """The tensor whose storage and version counter `t` shares: a view's base, or what a `detach`/`alias`
-    result (`entry`: its `TraceRecorder._entry`) was made from, if alive; None for a tensor of its own."""
-    if t._is_view():
-        return t._base
-    ref = entry[4]
-    return None if ref is None else ref()
+def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
+    """For a `detach`/`alias` result (`entry`: its `TraceRecorder._entry`): the tensor it was made from,
+    if still alive, and that tensor's entry, kept after it died (a script saving `p.detach()` of weights
+    whose model is gone by the time it reads them); (None, None) for a tensor of its own."""
+    shared = entry[4]
+    return (None, None) if shared is None else (shared[0](), shared[1])
 
 
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
@@ -250,12 +249,11 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         """
         entry = self._entry(t)
-        base = _storage_owner(t, entry)
-        storage = entry if base is None else self._entry(base)
+        owner, storage = self._storage(t, entry)
         if written:
             storage[3] += 1
-        # An alias shares its base's counter only once the op making it has returned: read the base's.
-        version = _version(t if base is None or t._is_view() else base)
+        # An alias shares its owner's counter only once the op making it has returned: read the owner's.
+        version = _version(t if owner is None or t._is_view() else owner)
         if version is not None:
             version += storage[3] + (1 if mutated else 0)
         fp = None
@@ -278,9 +276,18 @@ class TraceRecorder(TorchDispatchMode):
             device_name = self._device_names[device] = str(device)
         described = {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
                      "fp": fp}
-        if base is not None:
+        if storage is not entry:
             described["b"] = storage[0]
         return described
+
+    def _storage(self, t: torch.Tensor, entry: list) -> tuple[torch.Tensor | None, list]:
+        """The tensor whose storage and version counter `t` shares (a view's base, what a `detach` or
+        `alias` result was made from; None for a tensor of its own, or one whose owner died: it still
+        shares the counter) and the entry keeping that storage's id and the writes its counter missed."""
+        if t._is_view():
+            return t._base, self._entry(t._base)
+        owner, owner_entry = _alias_owner(entry)
+        return owner, entry if owner_entry is None else owner_entry
 
     def _unreturned_writes(self, tensor_args: list[tuple[str, torch.Tensor, bool, bool]], returned: set[int],
                            versions_before: dict[int, int | None]) -> list[dict[str, Any]]:
@@ -292,8 +299,7 @@ class TraceRecorder(TorchDispatchMode):
         written = []
         for name, t, is_written, _ in tensor_args:
             if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
-                base = _storage_owner(t, self._entry(t))
-                self._entry(t if base is None else base)[3] += 1
+                self._storage(t, self._entry(t))[1][3] += 1
                 written.append(dict(self._describe(name, t, take_fingerprint=False), unread=True))
         return written
 
@@ -301,7 +307,7 @@ class TraceRecorder(TorchDispatchMode):
         """The tensor's [id, version fingerprinted at, fingerprint, writes the counter missed, alias of]:
         a `detach`/`alias` result shares another tensor's storage and version counter without being a
         view (no `_base`), so a write to either is a new value of both; the last entry holds that tensor
-        (weakly), or None."""
+        (weakly) and its entry, or None."""
         entry = self._tensor_ids.get(t)
         if entry is None:
             entry = [self._next_tensor_id, None, None, 0, None]
@@ -466,8 +472,8 @@ class TraceRecorder(TorchDispatchMode):
         try:
             if info.aliases_storage and isinstance(result, torch.Tensor) and tensor_args:
                 source = tensor_args[0][1]
-                shared = _storage_owner(source, self._entry(source))
-                self._entry(result)[4] = weakref.ref(source if shared is None else shared)
+                owner, storage = self._storage(source, self._entry(source))
+                self._entry(result)[4] = (weakref.ref(source if owner is None else owner), storage)
             same_as = self._layout_view_fingerprint(info, inputs)
             returned = _output_tensors(result)
             outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
