@@ -17,7 +17,7 @@ import torch.nn.functional as F
 Work = Callable[[], list[torch.Tensor]]
 
 OWN = ("mlp", "cnn", "train_mlp")
-LIBRARY = ("gpt2", "llama", "bert", "train_gpt2")
+LIBRARY = ("gpt2", "llama", "bert", "train_gpt2", "train_gpt2_foreach")
 NAMES = OWN + LIBRARY
 
 
@@ -62,10 +62,12 @@ def _forward(model: nn.Module, *inputs: torch.Tensor, backend: object) -> Work:
     return work
 
 
-def _train(model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], backend: object) -> Work:
-    """One AdamW step with forward and backward compiled; the optimizer runs eagerly."""
+def _train(model: nn.Module, loss_of: Callable[[nn.Module], torch.Tensor], backend: object,
+           foreach: bool | None = None) -> Work:
+    """One AdamW step with forward and backward compiled; the optimizer runs eagerly. `foreach`: AdamW's
+    in-place `_foreach_*_` ops (CUDA's default), not its one-tensor ops (CPU's), on any device."""
     compiled = torch.compile(model, backend=backend)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
 
     def work() -> list[torch.Tensor]:
         optimizer.zero_grad()
@@ -95,7 +97,7 @@ def build(name: str, device: str, backend: object) -> Work:
         return _train(model, lambda m: F.nll_loss(m(x), y), backend)
     import transformers
 
-    if name in ("gpt2", "train_gpt2"):
+    if name in ("gpt2", "train_gpt2", "train_gpt2_foreach"):
         config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=100, n_positions=32,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = transformers.GPT2LMHeadModel(config).to(device)
@@ -111,8 +113,9 @@ def build(name: str, device: str, backend: object) -> Work:
     else:
         raise SystemExit(f"unknown model {name!r}; known: {', '.join(NAMES)}")
     tokens = _hf_tokens(device)
-    if name == "train_gpt2":
-        return _train(model, lambda m: m(input_ids=tokens, labels=tokens).loss, backend)
+    if name in ("train_gpt2", "train_gpt2_foreach"):
+        return _train(model, lambda m: m(input_ids=tokens, labels=tokens).loss, backend,
+                      foreach=True if name == "train_gpt2_foreach" else None)
     model.eval()
     compiled = torch.compile(model, backend=backend)
 

@@ -261,7 +261,7 @@ def summarize(results: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--models", default="mlp,cnn,train_mlp,gpt2,llama,bert,train_gpt2")
+    parser.add_argument("--models", default="mlp,cnn,train_mlp,gpt2,llama,bert,train_gpt2,train_gpt2_foreach")
     parser.add_argument("--backends", default="aot_eager,inductor,compile_fx")
     parser.add_argument("--samples", type=int, default=30, help="faults per model and backend (default 30)")
     parser.add_argument("--seed", type=int, default=0)
