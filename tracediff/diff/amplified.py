@@ -50,6 +50,9 @@ class Amplifier:
     worst: "TensorDiff"  # its worst differing output
     why: str  # why its inputs count as agreeing only below the tolerance
     unread: bool = False  # its amplified values are writes not fingerprinted (AdamW's foreach step)
+    # Such a record that read a value changed coherently by more than rtol, within the absolute
+    # tolerance (verdict._loose): the op of A that made that value.
+    loose_maker: Place | None = None
 
     def describe(self) -> str:
         return (f"{self.why}: it amplifies differences below the tolerance (ill-conditioned), "

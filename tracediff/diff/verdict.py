@@ -223,7 +223,12 @@ class _Walker:
     def known(self, record: dict[str, Any]) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
+        carried = self.amplified.origin_of_reads(record)
         self.amplified.forget(record)
+        if carried is not None and carried.loose_maker is not None:
+            # Agreeing now, but made from an update's coherent change (AdamW's `sqrt` of the state its
+            # foreach `addcmul_` wrote): a later update reading it still carries that change's maker.
+            self.amplified.mark([t for t in record.get("out", ()) if t.get("fp")], carried, observed=False)
         for t in record.get("out", ()):
             for key in _filed(record, t):
                 self.unknown_producers.pop(key, None)
@@ -308,6 +313,21 @@ class _Walker:
                 return last_agreed
             ref = entry.reads[0]
         return last_agreed
+
+    def maker(self, t: dict[str, Any]) -> Place | None:
+        """The record of A that computed `t`'s value, compared or not, seen through views."""
+        ref = _ref(t)
+        for _ in range(_VIEW_CHAIN_LIMIT):
+            key = _resolve(ref, self.agreed, self.unknown_producers)
+            if key in self.agreed:
+                return self.maker_behind_views({"id": key[0], "v": key[1]})
+            entry = self.unknown_producers.get(key)
+            if entry is None:
+                return None
+            if not entry.moves or len(entry.reads) != 1:
+                return entry.place
+            ref = entry.reads[0]
+        return None
 
     def agreed_maker(self, reads: tuple[Ref, ...]) -> Place | None:
         """The record of A whose agreeing output is among `reads`, if one is."""
@@ -887,7 +907,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
             walker.known(ra)
             b_side.agree(rb, ra["i"], _loose(out_passed))
-            _mark_an_unread_update(ra, rb, passed, amplified, seen_regions and not open_regions)
+            _mark_an_unread_update(ra, rb, passed, amplified, walker, seen_regions and not open_regions)
 
     if sample is not None:
         if result.first is not None:
@@ -1289,18 +1309,25 @@ def _loose(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, 
             and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
 
 
-def _mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplified, outside_regions: bool) -> None:
+def _mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplified, walker: _Walker,
+                           outside_regions: bool) -> None:
     """A paired record whose writes were not fingerprinted (AdamW's foreach step) and whose inputs agree
     only within the tolerance, as an amplifier's do (amplified.amplifies): what it wrote is amplified
-    noise until shown otherwise, as for AdamW's one-tensor ops, whose outputs are compared."""
+    noise until shown otherwise, as for AdamW's one-tensor ops, whose outputs are compared. Where it read
+    a value changed coherently by more than rtol within the absolute tolerance (_loose), remember who made
+    it: rounding does not do that (1e-7 relative on a clean run, 1e-4 from a 1% change of a bias gradient)."""
     unread = [t for t in ra.get("out", ()) if t.get("unread")]
     why = amplifies(ra, rb, passed, outside_regions) if unread and passed else None
     if why is None:
         return
     ta, tb, comparison = max(passed, key=lambda p: p[2].rel_diff)
     worst = TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], comparison)
+    # An earlier update's coherent change read again (AdamW's `div_` reading `sqrt` of the state `addcmul_`
+    # wrote) is still that change: keep its maker.
+    earlier = next((o.loose_maker for o in map(amplified.origin, ra.get("in", ())) if o and o.loose_maker), None)
+    maker = earlier or (walker.maker(ta) if _loose([(ta, tb, comparison)]) else None)
     amplified.mark(unread, Amplifier(Place.of(ra), Place.of(rb), worst, f"{why}; its writes are not fingerprinted",
-                                     unread=True), observed=False)
+                                     unread=True, loose_maker=maker), observed=False)
 
 
 def _changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDiff], origins: list[Amplifier],
@@ -1315,6 +1342,14 @@ def _changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDif
         found = _changed_behind_unread_writes(ra, rb, tb, walker.walk_back([ta]), [d], walker, b_side)
         if found is not None:
             return found
+        if origin.loose_maker is not None:
+            maker, seen = origin.loose_maker, Place.of(ra)
+            note = (f"{origin.place.op} (#{origin.place.index}), whose writes are not fingerprinted, read the value "
+                    f"{maker.op} (#{maker.index}) made changed by more than rtol ({origin.worst.comparison.rel_diff:.3g}"
+                    f"), within the absolute tolerance: a coherent change, not rounding; its update carried it "
+                    f"to {seen.op} (#{seen.index}), where the difference shows")
+            return Divergence(_kind(d), maker, None, (maker, origin.place), d, False, note, observed=seen,
+                              may_start_earlier=True)
     return None
 
 
