@@ -1702,6 +1702,37 @@ def test_a_coherent_change_within_the_absolute_tolerance_made_visible_by_a_forea
     assert "coherent change" in first["note"]
 
 
+def _scaled_inside_a_kernel_named_at_another_line(builder: TraceBuilder, compiled: bool) -> None:
+    """An input gradient's `mm` at line 119, reshaped at line 120 and read by the attention backward at
+    line 182 (here a `tanh`), after an unrelated `relu` at line 182. The compiled run fuses a pass's `mul`
+    (1.01, at line 119) and the reshape into one kernel named at line 182."""
+    t = builder.tensor
+    go, w = torch.linspace(-1, 1, 24).reshape(6, 4), torch.linspace(0.5, 1.5, 16).reshape(4, 4)
+    g = go @ w
+    builder.region("enter", [t("go", go, "in0"), t("w", w, "in1")])
+    builder.op("aten::relu", [t("go", go)], [t("r", go.relu(), "0")], src="m.py:182")
+    builder.op("aten::mm", [t("go", go), t("w", w, "mat2")], [t("g", g, "0")], src="m.py:119")
+    gv = g.reshape(24) * (1.01 if compiled else 1.0)
+    if compiled:
+        builder.kernel("cpp_fused_mul_view_tanh_0", [t("g", g, "in_ptr0")], [t("gv", gv, "out_ptr0")], src="m.py:182",
+                       fuses=[{"op": "aten::mul.Tensor", "src": "m.py:119"}, {"op": "aten::view", "src": "m.py:120"},
+                              {"op": "aten::tanh", "src": "m.py:182"}])
+    else:
+        builder.op("aten::view", [t("g", g)], [t("gv", gv, "0", base="g")], src="m.py:120")
+    builder.op("aten::tanh", [t("gv", gv, base=None if compiled else "g")], [t("y", gv.tanh(), "0")], src="m.py:182")
+    builder.region("exit", [t("y", gv.tanh(), "out0")])
+
+
+def test_a_kernel_named_at_one_line_but_fusing_ops_of_others_leaves_them_candidates(tmp_path: Path) -> None:
+    """CPU GPT-2 training step under inductor (seed 10, g3n113): a pass's `mul` of `c_proj`'s input gradient
+    (line 119) fused into the attention backward's kernel, named at the attention's line; only views of A
+    stood between, and the attention backward was pinned by position, so narrowing never ran. The kernel's
+    other lines' ops are candidates now."""
+    first = _eager_against_inductor(tmp_path, _scaled_inside_a_kernel_named_at_another_line)
+    assert ("aten::mm", "m.py:119") in {(c["op"], c["source"]) for c in first["candidates"]}, first
+    assert first["pinned_by"] is None
+
+
 def _input_gradient_scaled_before_its_bias_gradient(builder: TraceBuilder, compiled: bool) -> None:
     """The backward of `h = torch.tanh(fc(x)) + x` (line 35) feeding a layer norm's backward (line 34), as
     recorded: eager autograd computes the input gradient's `mm`, the weight's, the bias's `sum` (and its

@@ -108,7 +108,7 @@ def plan(model: str, backends: list[str], args: argparse.Namespace, out: Path) -
     groups = []
     for backend in backends:
         nodes = [n for n in list_nodes(model, backend, args.device, work / backend)
-                 if not args.only or re.search(args.only, f"{n['op']} {n['source']}")]
+                 if not args.only or re.search(args.only, f"{n['op']} {n['source']} g{n['graph']}n{n['node']}")]
         picked = nodes if len(nodes) <= args.samples else random.Random(f"{args.seed}{model}{backend}").sample(nodes, args.samples)
         log(f"[{model}/{backend}] {len(nodes)} eligible nodes, {len(picked)} faults")
         common = dict(model=model, backend=backend, device=args.device, reference=str(reference),
@@ -269,7 +269,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="where the tables go")
     parser.add_argument("--work", help="where each run's traces go [default: OUT/localize-DEVICE]")
-    parser.add_argument("--only", metavar="REGEX", help="only nodes whose 'op file:line' matches, e.g. 'modeling_llama.py:1[0-9][0-9]'")
+    parser.add_argument("--only", metavar="REGEX", help="only nodes whose 'op file:line gGnN' matches, e.g. "
+                        "'modeling_llama.py:1[0-9][0-9]', or one fault of an earlier run: ' g3n113$'")
     parser.add_argument("--summarize", metavar="JSONL", help="print the table of a (possibly cut short) run's results")
     parser.add_argument("--rejudge", metavar="JSONL", help="judge a run's saved traces again with this checkout's code "
                         "(no recording), print the table, write JSONL's results next to it as *-rejudged.jsonl")

@@ -274,11 +274,12 @@ class _Walker:
         """A's record `index`, if its output agreed (and is still remembered)."""
         return next((p for p in reversed(self.agreed.values()) if p.index == index), None)
 
-    def agreed_computing_at(self, source: str | None) -> Place | None:
-        """A's latest record at `source` that computes and whose output agreed with B's."""
+    def agreed_computing_at(self, source: str | None, before: int | None = None) -> Place | None:
+        """A's latest record at `source` that computes and whose output agreed with B's (before record `before`)."""
         if not source:
             return None
-        return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)), None)
+        return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)
+                     and (before is None or p.index < before)), None)
 
     def agreed_through_views(self, t: dict[str, Any]) -> Place | None:
         """The record of A that made `t`'s value, if that value agreed with B's, seen through the
@@ -1161,7 +1162,28 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
     note = (f"only views of A ({', '.join(v.place.op for v in views)}) stand between values that agree and "
             f"{seen.op} (#{seen.index}), and a view cannot change a value: B changes it with "
             f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not run")
-    return Divergence(_kind(bad), a, changed.place, (a,), bad, False, note, observed=seen)
+    others = _fused_elsewhere(changed, a, seen, walker, b_side)
+    if others:
+        note += f"; it fuses ops of other lines too ({', '.join(p.source or '?' for p in others)}): candidates"
+    return Divergence(_kind(bad), a, changed.place, (a, *others), bad, False, note, observed=seen)
+
+
+def _fused_elsewhere(kernel: _Made, named: Place, seen: Place, walker: _Walker, b_side: _BSide) -> tuple[Place, ...]:
+    """A's ops at the other source lines a kernel of B fuses (an input gradient's `mm` with a pass's `mul` at
+    its line, fused into the attention backward's kernel, named at the attention's line): the change may be
+    in any of them. The op whose agreed value the kernel read at that line, else A's latest computing there."""
+    if kernel.kernel is None:
+        return ()
+    read = [p for p in map(walker.agreed_place, b_side.agreed_values_read(kernel)) if p is not None]
+    found: list[Place] = []
+    for line in sorted(kernel.fused_lines - {named.source}):
+        # The latest before the op where the difference shows: the one whose value reached it (backward runs
+        # the layers in reverse, so an earlier record at that line is another layer's).
+        place = next((p for p in read if p.source == line and not only_moves(p.op)), None) \
+            or walker.agreed_computing_at(line, before=seen.index)
+        if place is not None and place != named and place not in found:
+            found.append(place)
+    return tuple(found)
 
 
 def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[TensorDiff], walker: _Walker,
