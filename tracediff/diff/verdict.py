@@ -298,7 +298,10 @@ class _Walker:
     def maker_behind_views(self, t: dict[str, Any]) -> Place | None:
         """`agreed_through_views(t)`; where that record only moves values (autograd's `t` of a weight
         gradient), the op of A computing the value it shows (the `mm`), compared or not."""
-        ref, last_agreed = _ref(t), None
+        return self._maker_behind_views(_ref(t))
+
+    def _maker_behind_views(self, ref: Ref) -> Place | None:
+        last_agreed = None
         for _ in range(_VIEW_CHAIN_LIMIT):
             key = _resolve(ref, self.agreed, self.unknown_producers)
             if key in self.agreed:
@@ -321,7 +324,7 @@ class _Walker:
         for _ in range(_VIEW_CHAIN_LIMIT):
             key = _resolve(ref, self.agreed, self.unknown_producers)
             if key in self.agreed:
-                return self.maker_behind_views({"id": key[0], "v": key[1]})
+                return self._maker_behind_views(ref)
             entry = self.unknown_producers.get(key)
             if entry is None:
                 return None
