@@ -13,8 +13,9 @@ narrowing included). A fault counts when it is observable: the program's
 results differ beyond the tolerance as tracediff defines it (the sum, l1, l2,
 max and L2 distance of each result against rtol times its scale), computed
 exactly on the saved results, not from tracediff's fingerprints; and the
-fault's own effect must be beyond it too: its results against those of the
-clean compiled run (bench/localize/observe.py says why). Faults that
+fault's own effect (its results against those of the clean compiled run)
+must exceed both the tolerance and what the backend alone changes
+(bench/localize/observe.py says why). Faults that
 move a few elements by more than rtol * max|x| while the whole stays within
 the tolerance are counted apart ("elements only"): no fingerprint can see them;
 so are faults whose effect is no larger than what the backend alone changes
