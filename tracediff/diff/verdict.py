@@ -195,7 +195,7 @@ class _Produced:
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
     outputs: tuple[dict[str, Any], ...] = ()  # a candidate's output tensors (fingerprinted)
     # Paired with B's record, but what it wrote was not fingerprinted (an in-place foreach op's writes).
-    uncompared: bool = False
+    unread: bool = False
 
 
 class _Walker:
@@ -239,7 +239,7 @@ class _Walker:
                 elif t.get("unread"):  # written, not fingerprinted (AdamW's foreach step): made here, unseen
                     self.agreed.pop(key, None)
                     _put_bounded(self.unknown_producers, key,
-                                 _Produced(place, _reads(record), True, False, uncompared=True))
+                                 _Produced(place, _reads(record), True, False, unread=True))
                 else:
                     _put_bounded(self.agreed, key, place)
                     reads = _reads(record)
@@ -373,7 +373,7 @@ class _Made:
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
     fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
-    update: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
+    unread: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
 
     def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
         """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
@@ -425,7 +425,7 @@ class _BSide:
                              read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
                              if only_b else (),
                              fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")),
-                             update=any(t.get("unread") for t in outs))
+                             unread=any(t.get("unread") for t in outs))
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -523,7 +523,7 @@ class _BSide:
                     or made.place.index in found:
                 continue
             found[made.place.index] = made
-            if not made.update or not through_loose or through_updates:
+            if not made.unread or not through_loose or through_updates:
                 stack.extend(made.reads)
         return [found[i] for i in sorted(found)]
 
@@ -1384,7 +1384,7 @@ def _changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None,
     writes the weights in place): the values it read agreed, maybe only within the absolute tolerance (small
     gradients, 1% off), and its update (m / sqrt(v)) made that difference visible. Where B changed such a
     value by a record only B runs, reading A's agreed value at its line, name that record's op."""
-    if tb is None or not any(c.uncompared for c in candidates):
+    if tb is None or not any(c.unread for c in candidates):
         return None
     found = _changed_after_its_pair(ra, rb, tb, _places(candidates), diffs, walker, b_side, through_loose=True,
                                     through_updates=True)

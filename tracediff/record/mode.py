@@ -299,8 +299,7 @@ class TraceRecorder(TorchDispatchMode):
         written = []
         for name, t, is_written, _ in tensor_args:
             if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
-                self._storage(t, self._entry(t))[1][3] += 1
-                written.append(dict(self._describe(name, t, take_fingerprint=False), unread=True))
+                written.append(dict(self._describe(name, t, take_fingerprint=False, written=True), unread=True))
         return written
 
     def _entry(self, t: torch.Tensor) -> list:
