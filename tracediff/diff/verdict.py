@@ -1131,11 +1131,12 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
                       observed=seen)
 
 
-def _op_read_at_its_line(made: _Made, walker: _Walker, b_side: _BSide) -> Place | None:
-    """The op of A at B's record `made`'s own line whose agreed value `made` read (the `mm` a pass's `mul`
-    scales, not the `sum` of that `mm` computed at the same line after it)."""
+def _op_read_at_its_line(made: _Made, walker: _Walker, b_side: _BSide, line: str | None = None) -> Place | None:
+    """The op of A at B's record `made`'s own line (or at `line`) whose agreed value `made` read (the `mm` a
+    pass's `mul` scales, not the `sum` of that `mm` computed at the same line after it)."""
+    line = line or made.place.source
     read = (walker.agreed_place(i) for i in b_side.agreed_values_read(made))
-    return next((p for p in read if p is not None and p.source == made.place.source and not only_moves(p.op)), None)
+    return next((p for p in read if p is not None and p.source == line and not only_moves(p.op)), None)
 
 
 def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], views: list[_Produced], walker: _Walker,
@@ -1177,13 +1178,12 @@ def _fused_elsewhere(kernel: _Made, named: Place, seen: Place, walker: _Walker, 
     in any of them. The op whose agreed value the kernel read at that line, else A's latest computing there."""
     if kernel.kernel is None:
         return ()
-    read = [p for p in map(walker.agreed_place, b_side.agreed_values_read(kernel)) if p is not None]
     found: list[Place] = []
     for line in sorted(kernel.fused_lines - {named.source}):
-        # The latest before the op where the difference shows: the one whose value reached it (backward runs
-        # the layers in reverse, so an earlier record at that line is another layer's).
-        place = next((p for p in read if p.source == line and not only_moves(p.op)), None) \
-            or walker.agreed_computing_at(line, before=seen.index)
+        # Else the latest before the op where the difference shows: the one whose value reached it (backward
+        # runs the layers in reverse, so an earlier record at that line is another layer's).
+        place = (_op_read_at_its_line(kernel, walker, b_side, line)
+                 or walker.agreed_computing_at(line, before=seen.index))
         if place is not None and place != named and place not in found:
             found.append(place)
     return tuple(found)
@@ -1369,9 +1369,10 @@ def _changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDif
             return found
         if origin.loose_maker is not None:
             maker, seen = origin.loose_maker, Place.of(ra)
+            rel = origin.worst.comparison.rel_diff
             note = (f"{origin.place.op} (#{origin.place.index}), whose writes are not fingerprinted, read the value "
-                    f"{maker.op} (#{maker.index}) made changed by more than rtol ({origin.worst.comparison.rel_diff:.3g}"
-                    f"), within the absolute tolerance: a coherent change, not rounding; its update carried it "
+                    f"{maker.op} (#{maker.index}) made changed by more than rtol ({rel:.3g}), within the absolute "
+                    f"tolerance: a coherent change, not rounding; its update carried it "
                     f"to {seen.op} (#{seen.index}), where the difference shows")
             return Divergence(_kind(d), maker, None, (maker, origin.place), d, False, note, observed=seen,
                               may_start_earlier=True)
