@@ -19,6 +19,13 @@ Work = Callable[[], list[torch.Tensor]]
 OWN = ("mlp", "cnn", "train_mlp")
 LIBRARY = ("gpt2", "llama", "bert", "train_gpt2", "train_gpt2_foreach")
 NAMES = OWN + LIBRARY
+TRAINING = ("train_mlp", "train_gpt2", "train_gpt2_foreach")
+
+
+def updated_by_optimizer(name: str, count: int) -> int:
+    """How many of a model's `count` results (the last ones) the eager optimizer step computed rather than the
+    compiled code: the updated weights of `_train`'s [loss, *gradients, *weights]; none for a forward."""
+    return (count - 1) // 2 if name in TRAINING else 0
 
 
 class MLP(nn.Module):

@@ -47,7 +47,8 @@ def with_observability(result: dict[str, Any], config: Config) -> dict[str, Any]
     if result.get("plant") is None or not (a_file.is_file() and b_file.is_file()):
         return result
     tolerance = float32_tolerance(config, result.get("device", "cpu"))
-    return dict(result, **observability(a_file, b_file, clean_results(Path(result["dir"])), tolerance))
+    return dict(result, **observability(a_file, b_file, clean_results(Path(result["dir"])), tolerance,
+                                        result["model"]))
 
 
 def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:

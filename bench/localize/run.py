@@ -20,7 +20,10 @@ move a few elements by more than rtol * max|x| while the whole stays within
 the tolerance are counted apart ("elements only"): no fingerprint can see them;
 so are faults whose effect is no larger than what the backend alone changes
 ("in noise": a compiled training step's AdamW amplifies rounding beyond the
-tolerance with no fault at all).
+tolerance with no fault at all), and faults of a training step whose loss and
+gradients (what the compiled code returns) agree within the tolerance while the
+weights the eager optimizer updated from them do not ("amplified": AdamW made a
+difference below the tolerance visible, which tracediff reports as such).
 
 Backends: `aot_eager` (fault planted in AOT autograd's graphs by a custom backend),
 `inductor` (planted through inductor's config; the backend is plain inductor),
@@ -161,7 +164,7 @@ def run_and_score(job: dict[str, Any], clean_runs: CleanRuns) -> dict[str, Any]:
         clean_runs.wait_for(job)
         tolerance = float32_tolerance(load_config(None), job["device"])
         result.update(observability(Path(job["reference_results"]), Path(job["dir"]) / "b.pt",
-                                    clean_results(Path(job["dir"])), tolerance))
+                                    clean_results(Path(job["dir"])), tolerance, job["model"]))
     if result["outcome"] != "failed":
         result["outcome"] = score(result)
     return result
@@ -231,9 +234,9 @@ def elements_only(result: dict[str, Any]) -> bool:
 
 def summarize(results: list[dict[str, Any]]) -> str:
     rows = ["| model | backend | observable | exact | among candidates | wrong | false match | failed | unobservable "
-            "(elements only, in noise) | clean run |",
+            "(elements only, in noise, amplified) | clean run |",
             "|---|---|---|---|---|---|---|---|---|---|"]
-    totals = {c: 0 for c in (*COLUMNS, "elements_only", "in_noise")}
+    totals = {c: 0 for c in (*COLUMNS, "elements_only", "in_noise", "amplified")}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["model"], r["backend"]), []).append(r)
@@ -241,6 +244,7 @@ def summarize(results: list[dict[str, Any]]) -> str:
         counts = {c: sum(r["outcome"] == c for r in rs) for c in COLUMNS}
         counts["elements_only"] = sum(elements_only(r) for r in rs)
         counts["in_noise"] = sum(r["outcome"] == "unobservable" and bool(r.get("in_noise")) for r in rs)
+        counts["amplified"] = sum(r["outcome"] == "unobservable" and bool(r.get("amplified")) for r in rs)
         for c in totals:
             totals[c] += counts[c]
         clean = [r["outcome"] for r in rs if r.get("plant") is None]
@@ -248,14 +252,15 @@ def summarize(results: list[dict[str, Any]]) -> str:
         observed = counts["exact"] + counts["among"] + counts["wrong"] + counts["false_match"]
         rows.append(f"| {model} | {backend} | {observed} | {counts['exact']} | {counts['among']} | {counts['wrong']} | "
                     f"{counts['false_match']} | {counts['failed']} | {counts['unobservable']} "
-                    f"({counts['elements_only']}, {counts['in_noise']}) | "
+                    f"({counts['elements_only']}, {counts['in_noise']}, {counts['amplified']}) | "
                     f"{'match' if clean == ['clean_match'] else ('FALSE ALARM' if clean else '-')}"
                     f"{' (NaN/Inf origin reported)' if nan else ''} |")
     observed = totals["exact"] + totals["among"] + totals["wrong"] + totals["false_match"]
     if observed:
         rows.append(f"| **all** | | {observed} | {totals['exact']} ({100 * totals['exact'] / observed:.0f}%) | "
                     f"{totals['among']} | {totals['wrong']} | {totals['false_match']} | {totals['failed']} | "
-                    f"{totals['unobservable']} ({totals['elements_only']}, {totals['in_noise']}) | |")
+                    f"{totals['unobservable']} ({totals['elements_only']}, {totals['in_noise']}, "
+                    f"{totals['amplified']}) | |")
     return "\n".join(rows)
 
 
