@@ -2008,3 +2008,57 @@ def test_a_change_made_at_the_line_of_a_view_candidate_is_named_at_the_op_b_chan
     are left to the candidate; a view computes nothing a kernel there could stand for."""
     first = _eager_against_inductor(tmp_path, _output_projection_scaled_then_added)
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:270"), first["note"]
+
+
+def _backward_change_absorbed_by_an_mm(builder: TraceBuilder, compiled: bool) -> None:
+    """A compiled backward: an `mm` (line 30) gives the gradient g1; a layer norm's backward and the residual
+    `add` (line 31, A's ops, one kernel of B) give g3; the next layer's `mm` (line 32) reads g3 through a
+    weight whose last row is zero; an embedding backward and an `add` (line 33, one kernel of B) make a
+    weight's gradient from g3 and the `mm`'s output, cloned at line 34. B's kernel at line 31 (writing a
+    row sum first, as inductor's does, so no record of A pairs with it) scales g3's last column by 1.01: the
+    `mm` at line 32 reads it beyond the tolerance and its output keeps none of it."""
+    t = builder.tensor
+    x = torch.linspace(-1, 1, 12).reshape(3, 4)
+    w = torch.linspace(0.5, 1.5, 16).reshape(4, 4)
+    r = torch.linspace(2, 3, 12).reshape(3, 4)
+    m = torch.linspace(0.2, 0.8, 16).reshape(4, 4)
+    m[3] = 0.0
+    g1 = x @ w
+    g3 = g1 * 2 + r
+    if compiled:
+        g3 = g3 * torch.tensor([1.0, 1.0, 1.0, 1.01])
+    h = g3 @ m
+    wg = g3.sum(0) + h.sum(0)
+    builder.region("enter", [t("x", x, "in0"), t("r", r, "in1")])
+    if compiled:
+        builder.op("aten::mm.out", [t("x", x), t("w", w, "mat2")], [t("g1", g1, "out")], src="m.py:30")
+        builder.kernel("cpp_fused_add_native_layer_norm_backward_0", [t("g1", g1, "in_ptr0"), t("r", r, "in_ptr1")],
+                       [t("part", g1.sum(1, keepdim=True), "out_ptr0"), t("g3", g3, "out_ptr1")], src="m.py:31",
+                       fuses=("aten::mul.Tensor", "aten::sum.dim_IntList", "aten::add.Tensor"))
+        builder.op("aten::mm.out", [t("g3", g3), t("m", m, "mat2")], [t("h", h, "out")], src="m.py:32")
+        builder.kernel("cpp_fused_add_embedding_dense_backward_1", [t("g3", g3, "in_ptr0"), t("h", h, "in_ptr1")],
+                       [t("wg", wg, "out_ptr0")], src="m.py:33",
+                       fuses=("aten::embedding_dense_backward", "aten::add.Tensor"))
+    else:
+        builder.op("aten::mm", [t("x", x), t("w", w, "mat2")], [t("g1", g1, "0")], src="m.py:30")
+        builder.op("aten::native_layer_norm_backward", [t("g1", g1, "grad_out")], [t("g2", g1 * 2, "0")],
+                   src="m.py:31")
+        builder.op("aten::add.Tensor", [t("g2", g1 * 2), t("r", r, "other")], [t("g3", g3, "0")], src="m.py:31")
+        builder.op("aten::mm", [t("g3", g3), t("m", m, "mat2")], [t("h", h, "0")], src="m.py:32")
+        builder.op("aten::embedding_dense_backward", [t("g3", g3, "grad_output")], [t("e", g3.sum(0), "0")],
+                   src="m.py:33")
+        builder.op("aten::add.Tensor", [t("e", g3.sum(0)), t("h", h, "other")], [t("wg", wg, "0")], src="m.py:33")
+    builder.op("aten::clone", [t("wg", wg)], [t("wgc", wg.clone(), "0")], src="m.py:34")
+    builder.region("exit", [t("wgc", wg, "out0")])
+
+
+def test_a_change_an_mm_absorbed_is_named_where_b_made_it_though_a_weight_gradient_shows_it(tmp_path: Path) -> None:
+    """CPU GPT-2 training step under inductor, bench seed 9 (g3n105): a pass scaled a node of `ln_2`'s backward
+    (line 307) 1%; the next `mm` read that gradient beyond the tolerance and kept none of it; the difference
+    showed next at the cloned gradient of the tied embedding, and walking back from there named the loss.
+    The value the `mm` read is where the difference was first seen: B's kernel at line 307 made it."""
+    first = _eager_against_inductor(tmp_path, _backward_change_absorbed_by_an_mm)
+    assert first["source"] == "m.py:31", first["note"]
+    assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm_backward", "aten::add.Tensor"]
+    assert first["b"]["op"] == "cpp_fused_add_native_layer_norm_backward_0"
+    assert first["observed"]["source"] == "m.py:33"  # where it showed: the kernel making the weight's gradient

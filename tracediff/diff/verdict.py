@@ -33,6 +33,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import takewhile
 from typing import Any, Callable, Iterable, Iterator
 
 from tracediff.config import Config, Tolerance
@@ -1067,6 +1068,8 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
     ta, tb = _input_pair(ra, rb, bad, by_name)
     made_a = walker.agreed_through_views(ta)
     made_b = b_side.computing_producer(tb) if tb is not None else None
+    if made_a is None and made_b is not None:
+        return _absorbed_from_unpaired_ops(ra, rb, bad, ta, tb, walker, b_side)
     if made_a is not None and made_b is not None and made_b.place.source != made_a.source:
         # A reader decomposed into kernels of its own (one kernel per op: a layer norm's mean, rstd, ...):
         # the record of B at the line of A's op whose value it changed stands further back.
@@ -1085,13 +1088,49 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
     return Divergence(_kind(bad), made_a, made_b.place, (made_a,), bad, False, note, observed=seen)
 
 
+def _absorbed_from_unpaired_ops(ra: dict, rb: dict, bad: TensorDiff, ta: dict[str, Any], tb: dict[str, Any],
+                                walker: _Walker, b_side: _BSide) -> Divergence | None:
+    """`_absorbed_change` where A made the differing input with ops no record of B is paired with (a
+    compiled backward's layer-norm backward and residual `add`, one kernel of B): B's generated kernel
+    that made it at the line of such an op is where the value changed. Not an op B runs (an unpaired `mm`
+    of B computes A's `mm`: a difference read there is another quantity paired, a crossed gradient), nor
+    a difference too large for one value computed otherwise."""
+    if bad.comparison.rel_diff >= _OTHER_QUANTITY:
+        return None
+    candidates = [c.place for c in walker.walk_back([ta]) if not c.moves and not only_moves(c.place.op)]
+    lines = {c.source for c in candidates}
+    made_b = next((m for m in reversed(b_side.walk_back(tb)) if m.only_b and not m.moves and m.kernel is not None
+                   and m.place.source in lines), None)
+    seen = Place.of(ra)
+    if made_b is None or made_b.place.index == rb["i"] or made_b.place.source == seen.source:
+        return None  # at the reader's own line: a piece of the reader's decomposition
+    # The ops at that line since A's last op elsewhere: one step's decomposition (a layer norm's backward
+    # and the residual `add`), not the same line's ops of the forward or of another layer further back.
+    at_line = tuple(reversed(list(takewhile(lambda c: c.source == made_b.place.source,
+                                            reversed(candidates)))))
+    if not at_line:
+        return None
+    note = (f"B changes the value {seen.op} (#{seen.index}) reads, made by A's {at_line[-1].op} at "
+            f"{made_b.place.source}, which has no counterpart in B: B computes it with {made_b.describe()} "
+            f"(#{made_b.place.index}); {seen.op}'s output kept the change within the tolerance")
+    return Divergence(_kind(bad), at_line[-1], made_b.place, at_line, bad, False, note, observed=seen)
+
+
 def _from_an_absorbed_change(first: Divergence, absorbed: Divergence | None) -> Divergence:
     """`first`, or where a difference that grew from below the tolerance was made: the value B changed
     beyond the tolerance before it (`absorbed`), whose reader kept the change within the tolerance.
     Also where `first` is an op whose inputs agree: barely beyond the tolerance, it may amplify what
     its inputs carry from that change (GPT-2's last residual `add` 1% off, normalized away by `ln_f`
-    within the tolerance, shows again 1.1 times beyond it at `lm_head`)."""
-    if absorbed is None or absorbed.a.index >= first.a.index or not (first.may_start_earlier or _barely_beyond(first)):
+    within the tolerance, shows again 1.1 times beyond it at `lm_head`). And where `first` was placed by
+    walking back from where it showed, since `absorbed` showed before that: the earlier sighting is the
+    first difference (a compiled backward's change absorbed by an `mm`, shown again at a weight's gradient,
+    walked back along another input to the loss), unless it is another quantity paired, not one value."""
+    if absorbed is None:
+        return first
+    unsure = absorbed.a.index < first.a.index and (first.may_start_earlier or _barely_beyond(first))
+    walked_past_it = (first.observed is not None and absorbed.worst is not None
+                      and absorbed.worst.comparison.rel_diff < _OTHER_QUANTITY)
+    if not (unsure or walked_past_it):
         return first
     shown = first.observed or first.a
     note = (f"{absorbed.note}; the difference shows beyond the tolerance again at {shown.op} (#{shown.index}) "
