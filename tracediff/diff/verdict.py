@@ -541,6 +541,90 @@ class _BSide:
                 yield self.current
 
 
+@dataclass(frozen=True)
+class _LooseEntry:
+    """Where a change hidden by the absolute tolerance came in: a value A made with ops no record of B
+    pairs with (`places`, computing ops, oldest first), which an op (`read_at`) read agreeing only within
+    the absolute tolerance, changed by more than rtol relative (`rel_diff`)."""
+
+    places: tuple[Place, ...]
+    read_at: Place
+    rel_diff: float
+
+
+class _LooseEntries:
+    """Which of A's agreeing values carry a change that came in below the absolute tolerance, and where it
+    came in. A difference that grows from there (a loss's gradient 0.5% off, values of ~1e-6 under an atol
+    of 1e-5, carried through a backward until an `mm` shows it barely beyond the tolerance) was made
+    there, not at the op where it first exceeds the tolerance."""
+
+    def __init__(self) -> None:
+        self.carried: OrderedDict[Key, _LooseEntry] = OrderedDict()
+
+    def read_by(self, ra: dict[str, Any], passed: list[tuple[dict, dict, TensorComparison]],
+                walker: _Walker) -> _LooseEntry | None:
+        """The earliest entry that `ra`'s inputs carry (compared or not: a kernel's buffers need not be A's
+        op's arguments), or that one of its agreeing inputs (`passed`) starts."""
+        found = [entry for t in ra.get("in", ()) if (entry := self._of(t, walker)) is not None]
+        for ta, _tb, comparison in passed:
+            if not found and _far_from_zero_and_loose(ta, comparison):
+                made = walker.walk_back([ta])
+                if any(c.unread for c in made):
+                    continue  # made by an update whose writes were not read (AdamW's foreach step): judged apart
+                places = tuple(c.place for c in made if not c.moves and not only_moves(c.place.op))
+                if places:
+                    found.append(_LooseEntry(places, Place.of(ra), comparison.rel_diff))
+        return min(found, key=lambda e: e.read_at.index, default=None)
+
+    def carry(self, ra: dict[str, Any], moved: Iterable[dict[str, Any]], entry: _LooseEntry | None) -> None:
+        """`ra`'s outputs that moved at all (`moved`, A's tensors) carry what its inputs carried."""
+        if entry is None:
+            return
+        for ta in moved:
+            for key in _filed(ra, ta):
+                _put_bounded(self.carried, key, entry)
+
+    def _of(self, t: dict[str, Any], walker: _Walker) -> _LooseEntry | None:
+        """The entry `t`'s value carries, also through the unpaired views and ops of A that made it."""
+        refs, seen = [_ref(t)], 0
+        while refs and seen < _VIEW_CHAIN_LIMIT:
+            ref = refs.pop()
+            seen += 1
+            key = _resolve(ref, self.carried, walker.unknown_producers)
+            if key in self.carried:
+                return self.carried[key]
+            producer = walker.unknown_producers.get(key)
+            if producer is not None:
+                refs.extend(producer.reads)
+        return None
+
+
+def _moved(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
+    """A's tensors of agreeing pairs that are not equal to B's."""
+    return [ta for ta, _tb, comparison in passed if comparison.rel_diff > 0]
+
+
+def _far_from_zero_and_loose(ta: dict[str, Any], c: TensorComparison) -> bool:
+    """A value that agreed only within the absolute tolerance while far from zero (see `_loose`)."""
+    return (c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
+            and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol)
+
+
+def _from_a_loose_entry(first: Divergence, entry: _LooseEntry | None) -> Divergence:
+    """`first`, or, where it may have started earlier, the ops whose change came in below the absolute
+    tolerance upstream of it (`entry`): named, with `first`'s candidates kept."""
+    if entry is None or not first.may_start_earlier:
+        return first
+    shown = first.observed or first.a
+    made = entry.places[-1]
+    note = (f"at {shown.op} (#{shown.index}): {first.note}; what it read carries a change that came in below the "
+            f"absolute tolerance: "
+            f"{entry.read_at.op} (#{entry.read_at.index}) read the value of {made.op} at {made.source}, which no "
+            f"record of B pairs with, {entry.rel_diff:.2g} off relative (beyond rtol, small values within atol)")
+    candidates = tuple(dict.fromkeys((*entry.places, *first.candidates)))
+    return replace(first, a=made, candidates=candidates, observed=shown, inputs_agree=False, note=note)
+
+
 class _Comparer:
     def __init__(self, config: Config, noise: Noise | None = None) -> None:
         self.config = config
@@ -725,6 +809,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     alignable_index = -1
     # The first value B changed after it agreed whose reader's output still agreed (within the tolerance).
     absorbed: Divergence | None = None
+    # Changes that came in below the absolute tolerance, and the one the first divergence's inputs carry.
+    loose_entries, first_entry = _LooseEntries(), None
     # A's compiled regions: open ones, and whether any was seen (ops outside them run eagerly in both runs).
     open_regions, seen_regions = 0, False
 
@@ -798,6 +884,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         passed: list = []
         in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed,
                                      kernel=kernel)
+        first_entry = loose_entries.read_by(ra, passed, walker)  # kept from the record that sets `result.first`
         # Inputs that differ only because an earlier op amplified sub-tolerance noise are no cause here.
         origins = [_input_origin(ra, d, amplified) for d in in_diffs]
         carried = [d for d, origin in zip(in_diffs, origins) if origin is not None]
@@ -844,6 +931,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                     or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
                 absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
+                loose_entries.carry(ra, _moved(out_passed), first_entry)
                 walker.known(ra)
                 b_side.agree(rb, ra["i"], _loose(out_passed))
             continue
@@ -875,6 +963,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             elif why is not None:
                 # Possibly ill-conditioned on noise below the tolerance: judged by whether it reaches a region's exit.
                 amplified.mark(_differing(ra, out_diffs), Amplifier(Place.of(ra), Place.of(rb), worst, why))
+                loose_entries.carry(ra, [*_differing(ra, out_diffs), *_moved(out_passed)], first_entry)
                 walker.unknown(ra, candidate=False, compared=True)
             else:
                 result.first = _unsure_if_inputs_moved(
@@ -910,6 +999,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
             absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
+            loose_entries.carry(ra, _moved(out_passed), first_entry)
             walker.known(ra)
             b_side.agree(rb, ra["i"], _loose(out_passed))
             _mark_an_unread_update(ra, rb, passed, amplified, walker, seen_regions and not open_regions)
@@ -925,7 +1015,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     result.closest_to_noise = comparer.closest
     _count_structure(result, partner, rejected, compiled)
     if result.first is not None:
-        result.first = _from_an_absorbed_change(_unsure_if_barely_beyond(result.first), absorbed)
+        result.first = _from_a_loose_entry(_from_an_absorbed_change(_unsure_if_barely_beyond(result.first), absorbed),
+                                           first_entry)
     if result.first is None and config.strict_structure and result.structure_count:
         detail = result.structure[0] if result.structure else "see the counts"
         result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
