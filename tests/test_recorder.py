@@ -340,3 +340,30 @@ def test_an_eager_backward_op_is_named_by_the_forward_line_that_made_it(tmp_path
     assert backward["aten::tanh_backward"] == "train.py:4"
     assert backward["aten::mm"] == "train.py:4"
     assert backward["aten::mul.Tensor"] == "train.py:5"
+
+
+def test_kernel_buffers_that_reinterpret_one_storage_are_filed_as_aliases_of_it() -> None:
+    """CPU Llama under inductor (bench seed 11, g0n2): two kernels each wrote half of a `cat`'s buffer
+    through `reinterpret_tensor` views torch knows nothing of, and a third kernel read the buffer whole. The
+    reader's input had no producer, so the diff's walk back through B stopped there and never reached the
+    pass's `mul` of RMSNorm's variance behind it."""
+    from tracediff.record.mode import TraceRecorder
+
+    reinterpret = torch._C._dynamo.guards._reinterpret_tensor  # what inductor's wrapper code calls
+    recorder = TraceRecorder(writer=None)  # type: ignore[arg-type]  # describes tensors only: writes nothing
+    buffer = torch.zeros(8)
+    written = []
+    for offset in (0, 4):  # two kernels, each writing one half through an alias deleted right after
+        half = reinterpret(buffer, (4,), (1,), offset)
+        recorder.link_kernel_buffers([half])
+        half.numpy()[:] = 1.0  # as a kernel writes: behind the version counter
+        written += recorder.describe_tensors([("out_ptr0", half)], written=True)
+        del half
+    gc.collect()
+    recorder.link_kernel_buffers([buffer])  # the third kernel reads the whole buffer
+    (read,) = recorder.describe_tensors([("in_ptr0", buffer)])
+    owner = written[0]["id"]
+    assert "b" not in written[0] and written[1]["b"] == owner and read["b"] == owner
+    assert written[1]["v"] == written[0]["v"] + 1
+    assert read["v"] == written[1]["v"]  # the value the last write made
+    assert read["fp"]["sum"] == 8.0  # fingerprinted anew, not a stale value of its own

@@ -349,6 +349,7 @@ class KernelCapture:
         if recorder.internal or not recorder.records_here():
             return kernel(*args, **kwargs)
         tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
+        recorder.link_kernel_buffers(a for _, a in tensors)
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
         with recorder.quiet():  # a first Triton launch autotunes: its benchmark ops are not the program's
             result = kernel(*args, **kwargs)

@@ -224,6 +224,9 @@ class TraceRecorder(TorchDispatchMode):
         # that hold one wait here, in order, until it is filled (see _emit).
         self.device_fingerprints: DeviceFingerprints | None = None
         self._held: deque[tuple[dict[str, Any], int]] = deque()
+        # Generated kernels' buffers by storage (device, address): the storage, the first buffer seen on
+        # it and that buffer's entry (see link_kernel_buffers).
+        self._kernel_storages: dict[tuple[str, int], tuple[weakref.ref, weakref.ref, list]] = {}
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
     # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
@@ -313,6 +316,28 @@ class TraceRecorder(TorchDispatchMode):
             self._next_tensor_id += 1
             self._tensor_ids[t] = entry
         return entry
+
+    def link_kernel_buffers(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Generated code reinterprets one buffer as several tensors (inductor's `reinterpret_tensor`: two
+        kernels each write half of a `cat`'s buffer, a third reads it whole), aliases torch knows nothing
+        of (no `_base`). File each such tensor as an alias of the first kernel buffer seen on its storage,
+        as a `detach` result is, so that a write through one is a new value of the others (`_describe`'s
+        `b`) and the diff's dataflow follows it. That buffer may be gone (generated code deletes each
+        alias after its kernel) while its storage lives on."""
+        for t in tensors:
+            if t._is_view() or not has_data(t) or is_zero_tensor(t):
+                continue
+            entry = self._entry(t)
+            if entry[4] is not None:
+                continue
+            storage = t.untyped_storage()
+            key = (str(t.device), storage.data_ptr())
+            seen = self._kernel_storages.get(key)
+            if seen is None or seen[0]() is not storage:  # a new storage (or the allocator reused the memory)
+                self._kernel_storages[key] = (weakref.ref(storage), weakref.ref(t), entry)
+            elif seen[2] is not entry:
+                entry[4] = (seen[1], seen[2])
+                entry[1] = None  # its versions count on the owner's storage from now on: fingerprint anew
 
     def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
         """On the host, or for a CUDA tensor a placeholder filled when its batch is read
