@@ -95,11 +95,13 @@ def without_sketch(fp: dict[str, Any]) -> dict[str, Any]:
 
 
 def sketch_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
-    """||a - b|| estimated from the two sketches (record/fingerprint.py), or None without both."""
+    """||a - b|| estimated from the two sketches (record/fingerprint.py), or None without both. Sketches of
+    different widths (traces recorded before the sketch widened) share their first sums: those are used."""
     ska, skb = a.get("sk"), b.get("sk")
-    if not ska or not skb or len(ska) != len(skb):
+    if not ska or not skb:
         return None
-    return math.sqrt(sum((x - y) ** 2 for x, y in zip(ska, skb)) / len(ska))
+    width = min(len(ska), len(skb))
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(ska[:width], skb[:width])) / width)
 
 
 def has_nonfinite(fp: dict[str, Any] | None) -> bool:

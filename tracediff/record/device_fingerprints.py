@@ -13,7 +13,7 @@ flight and the final one at the end of the recording.
 Per tensor: one Triton kernel (record/fingerprint_kernel.py) where Triton is
 installed, else a few torch reductions; both read the tensor once and write
 per-program partial statistics [sum, l1, sum of squares, max, nan, inf, and
-the sketch's four signed sums] over the finite elements, accumulated in float64. The batch reduction over the
+the sketch's signed sums] over the finite elements, accumulated in float64. The batch reduction over the
 partials is done by torch in a fixed order, so a fingerprint is deterministic.
 All device work goes to the current stream, which is where the program's
 ops run unless it juggles streams itself.
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from tracediff.record.fingerprint import as_real, empty_fingerprint, from_stats, sketch
+from tracediff.record.fingerprint import SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
 
 # Fingerprints per batch (one device buffer, one host read) and batches read at most
 # this late: bounds the records held back in memory, and how often the CPU waits.
@@ -36,7 +36,7 @@ BATCH = 512
 IN_FLIGHT = 4
 # Programs (partial rows) per fingerprint: enough to fill an H100/H200 for large tensors.
 PROGRAMS = 264
-_STATS = 10  # sum, l1, sum of squares, max, nan, inf, four sketch sums
+_STATS = 6 + SKETCH_WIDTH  # sum, l1, sum of squares, max, nan, inf, the sketch's sums
 
 
 @dataclass
@@ -44,7 +44,7 @@ class _Sealed:
     """A full batch whose statistics are on their way to the host."""
 
     event: Any  # torch.cuda.Event recorded after the copy; None for CPU tensors
-    host: torch.Tensor  # [rows, 10] float64, pinned
+    host: torch.Tensor  # [rows, _STATS] float64, pinned
     slots: list[tuple[dict[str, Any], int]]  # (placeholder, element count) per row
 
 
@@ -98,7 +98,7 @@ class DeviceFingerprints:
         self.resolved = 0
         self.fetches = 0  # batches read back: the host waits at most this often
         self._launch = _kernel_launcher()
-        self._partials: torch.Tensor | None = None  # [batch, programs, 6] float64, zeros
+        self._partials: torch.Tensor | None = None  # [batch, programs, _STATS] float64, zeros
         self._device: torch.device | None = None
         self._slots: list[tuple[dict[str, Any], int]] = []
         self._sealed: deque[_Sealed] = deque()
