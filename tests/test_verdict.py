@@ -2102,3 +2102,49 @@ def test_a_difference_barely_beyond_the_tolerance_is_named_where_it_came_in_belo
     assert first["observed"]["source"] == "m.py:42"
     assert "m.py:42" in [c["source"] for c in first["candidates"]]  # the op where it showed stays a candidate
     assert first["pinned_by"] is None and first["may_start_earlier"] is True
+
+
+def _backward_kernel_reading_a_saved_activation(builder: TraceBuilder, compiled: bool) -> None:
+    """A forward layer norm (line 619, fused away in B) and, in the backward, `lm_head`'s input-gradient `mm`
+    (line 697, paired), the layer norm's backward (line 619: one op of A; in B a kernel at line 619 that
+    also fuses a pass's `mul` of the `mm`'s output, at line 697, and reads the forward's saved output),
+    and the next `mm` (line 119), which reads the changed gradient."""
+    t = builder.tensor
+    x = torch.linspace(-1, 1, 32).reshape(4, 8)
+    ln = torch.nn.functional.layer_norm(x, (8,))
+    w = torch.linspace(0.5, 1.5, 64).reshape(8, 8)
+    g_out = torch.linspace(0.1, 0.2, 32).reshape(4, 8)
+    g = g_out @ w
+    g_in = (g * (1.01 if compiled else 1.0)) * 0.5 + ln * 0.0
+    w2 = torch.linspace(-1, 1, 64).reshape(8, 8)
+    builder.region("enter", [t("x", x, "in0"), t("g_out", g_out, "in1")])
+    if compiled:
+        builder.kernel("triton_per_fused_native_layer_norm_0", [t("x", x, "in_ptr0")],
+                       [t("mean", x.mean(-1), "out_ptr0"), t("ln", ln, "out_ptr1")], src="m.py:619",
+                       fuses=("aten::sub.Tensor", "aten::mul.Tensor"))
+        builder.op("aten::mm.out", [t("g_out", g_out), t("w", w, "mat2")], [t("g", g, "out")], src="m.py:697", bw=True)
+        builder.kernel("triton_per_fused_add_mm_native_layer_norm_backward_1",
+                       [t("g", g, "in_ptr0"), t("ln", ln, "in_ptr1")], [t("g_in", g_in, "out_ptr0")], src="m.py:619",
+                       fuses=({"op": "aten::mul.Tensor", "src": "m.py:697"}, "aten::mul.Tensor", "aten::sub.Tensor"),
+                       bw=True)
+        builder.op("aten::mm.out", [t("g_in", g_in), t("w2", w2, "mat2")], [t("h", g_in @ w2, "out")], src="m.py:119",
+                   bw=True)
+    else:
+        builder.op("aten::native_layer_norm", [t("x", x, "input")], [t("ln", ln, "0")], src="m.py:619")
+        builder.op("aten::mm", [t("g_out", g_out), t("w", w, "mat2")], [t("g", g, "0")], src="m.py:697", bw=True)
+        builder.op("aten::native_layer_norm_backward", [t("g", g, "grad_out"), t("ln", ln, "input")],
+                   [t("g_in", g_in, "0")], src="m.py:619", bw=True)
+        builder.op("aten::mm", [t("g_in", g_in), t("w2", w2, "mat2")], [t("h", g_in @ w2, "0")], src="m.py:119",
+                   bw=True)
+    builder.region("exit", [t("h", g_in @ w2, "out0")])
+
+
+def test_a_backward_kernel_reading_a_saved_activation_does_not_name_the_forward_op(tmp_path: Path) -> None:
+    """H200 GPT-2 training step under inductor, bench seed 13 (g3n0): a pass scaled `lm_head`'s input-gradient
+    `mm` in the backward, fused into `ln_f`'s backward kernel, which also reads `ln_f`'s saved forward output.
+    That read was taken for B computing the forward layer norm's value as A does and changing it: the
+    forward `ln_f` was named, pinned by position. The backward reads the forward's activations; it does
+    not compute them again."""
+    first = _eager_against_inductor(tmp_path, _backward_kernel_reading_a_saved_activation)
+    assert first["op"] != "aten::native_layer_norm", first["note"]
+    assert "aten::native_layer_norm_backward" in [c["op"] for c in first["candidates"]]

@@ -197,6 +197,7 @@ class _Produced:
     outputs: tuple[dict[str, Any], ...] = ()  # a candidate's output tensors (fingerprinted)
     # Paired with B's record, but what it wrote was not fingerprinted (an in-place foreach op's writes).
     unread: bool = False
+    backward: bool = False  # run by autograd's backward
 
 
 class _Walker:
@@ -213,7 +214,8 @@ class _Walker:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
-                          preserves_values(record), tuple(t for t in outs if t.get("fp")) if candidate else ())
+                          preserves_values(record), tuple(t for t in outs if t.get("fp")) if candidate else (),
+                          backward=bool(record.get("bw")))
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
         for t in outs:
@@ -269,7 +271,12 @@ class _Walker:
 
     def outputs_of(self, index: int) -> tuple[dict[str, Any], ...]:
         """The output tensors of A's unpaired candidate record `index` (if still remembered)."""
-        return next((e.outputs for e in reversed(self.unknown_producers.values()) if e.place.index == index), ())
+        entry = self.unpaired(index)
+        return entry.outputs if entry is not None else ()
+
+    def unpaired(self, index: int) -> _Produced | None:
+        """A's unpaired record `index` (if still remembered)."""
+        return next((e for e in reversed(self.unknown_producers.values()) if e.place.index == index), None)
 
     def agreed_place(self, index: int) -> Place | None:
         """A's record `index`, if its output agreed (and is still remembered)."""
@@ -375,6 +382,7 @@ class _Made:
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
     fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
     unread: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
+    backward: bool = False  # run by autograd's backward (a compiled backward's kernel)
 
     def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
         """Did this record read `value` (a fingerprint of A's), within `tolerance`?"""
@@ -426,7 +434,7 @@ class _BSide:
                              read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
                              if only_b else (),
                              fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")),
-                             unread=any(t.get("unread") for t in outs))
+                             unread=any(t.get("unread") for t in outs), backward=bool(record.get("bw")))
                 for t in outs:
                     for key in _filed(record, t):
                         _put_bounded(self.producers, key, made)
@@ -1437,13 +1445,18 @@ def _candidate_value_read(made: _Made, candidates: tuple[Place, ...], seen: int,
     that line (a pass's `mul`): B computed that value as A did and changed it there. Not a record of an
     op A runs at that line: that one computes A's next op (a wrong `tanh` reading a right `addmm`), and
     that op is the one to blame. Not the op at `seen` itself: B's records at its line are pieces of its
-    decomposition, and one may read a value equal to its output (a layer norm's weight of ones)."""
+    decomposition, and one may read a value equal to its output (a layer norm's weight of ones). Nor, for a
+    record of the backward, an op of the forward: the backward reads the forward's saved activations (the
+    output of `ln_f` read by its backward's kernel), it does not compute them again to change them."""
     if not made.foreign:
         return None
     for place in candidates:
         if place.index >= seen or place.source != made.place.source or only_moves(place.op):
             continue
-        for t in walker.outputs_of(place.index):
+        produced = walker.unpaired(place.index)
+        if produced is None or (made.backward and not produced.backward):
+            continue
+        for t in produced.outputs:
             if not t["fp"].get("l1"):
                 continue  # all zeros: any zeros read would match
             tolerance = comparer.tolerance(t["dt"], place.op, place.module, t.get("dev", "cpu"))
