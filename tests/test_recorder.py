@@ -111,6 +111,33 @@ def test_a_tensor_an_inplace_foreach_op_wrote_is_read_as_a_new_value(tmp_path: P
     assert (second["in"][0]["id"], second["in"][0]["v"]) in written and len(written) == 2
     assert all(t["fp"] is None and t["unread"] for t in foreach["out"])
 
+
+def test_an_inplace_list_op_that_bumps_the_counters_itself_names_what_it_wrote(tmp_path: Path) -> None:
+    """H200, GPT-2 training step with AdamW's foreach step (bench seed 13, g3n7): CUDA's foreach kernels bump
+    the version counters of the tensors they write before the dispatch mode sees the op return, so the
+    recorder listed none of the weights `_foreach_addcdiv_` wrote, and the weights read afterwards had no
+    producer: the report said a program input differed. A list op that bumps the counters itself (as those
+    kernels do) names each tensor it wrote, at the value the counter now names."""
+    library = torch.library.Library("tracediff_test", "FRAGMENT")
+    library.define("bump_all_(Tensor(a!)[] xs) -> ()")
+
+    def bump_all_(xs: list[torch.Tensor]) -> None:
+        for x in xs:
+            x.add_(1)
+        torch.autograd.graph.increment_version(xs)  # what CUDA's foreach kernels do, before the op returns
+
+    library.impl("bump_all_", bump_all_, "CPU")
+    weights = [torch.zeros(3), torch.ones(2)]
+    with tracediff.record(tmp_path / "t.jsonl"):
+        torch.ops.tracediff_test.bump_all_(weights)
+        weights[1].sum()
+    ops = _ops(tmp_path / "t.jsonl")
+    (bump,) = [r for r in ops if r["op"].startswith("tracediff_test::bump_all_")]
+    (read,) = [r for r in ops if r["op"] == "aten::sum"]
+    assert len(bump["out"]) == 2 and all(t["unread"] and t["fp"] is None for t in bump["out"])
+    assert (read["in"][0]["id"], read["in"][0]["v"]) in {(t["id"], t["v"]) for t in bump["out"]}
+
+
 def test_a_detached_tensor_is_a_value_of_the_tensor_it_was_detached_from(tmp_path: Path) -> None:
     """`p.detach()` shares p's storage and version counter without being a view: a later read of it (a
     script saving its updated weights) is p's value at that version, made by whatever last wrote p."""

@@ -294,15 +294,17 @@ class TraceRecorder(TorchDispatchMode):
 
     def _unreturned_writes(self, tensor_args: list[tuple[str, torch.Tensor, bool, bool]], returned: set[int],
                            versions_before: dict[int, int | None]) -> list[dict[str, Any]]:
-        """An in-place foreach op (AdamW's `_foreach_addcdiv_` on CUDA) returns nothing, and under a
-        dispatch mode torch does not bump the counters of the tensors it wrote: count those writes, so a
-        later read is a new value, and describe each written tensor as an output, without a fingerprint
-        (reading every parameter at each step would cost a pass over the model): the diff's dataflow then
-        knows which record made the value, though it cannot compare it there."""
+        """An in-place foreach op (AdamW's `_foreach_addcdiv_` on CUDA) returns nothing: describe each
+        tensor it wrote as an output, without a fingerprint (reading every parameter at each step would
+        cost a pass over the model): the diff's dataflow then knows which record made the value, though it
+        cannot compare it there. Where torch did not bump the tensor's counter under the dispatch mode
+        (CPU's foreach ops), count the write, so a later read is a new value; where it did (CUDA's foreach
+        kernels bump it themselves), the counter already names the new value."""
         written = []
         for name, t, is_written, _ in tensor_args:
-            if is_written and id(t) not in returned and _version(t) == versions_before[id(t)]:
-                written.append(dict(self._describe(name, t, take_fingerprint=False, written=True), unread=True))
+            if is_written and id(t) not in returned:
+                counted = _version(t) != versions_before[id(t)]
+                written.append(dict(self._describe(name, t, take_fingerprint=False, written=not counted), unread=True))
         return written
 
     def _entry(self, t: torch.Tensor) -> list:
