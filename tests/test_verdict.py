@@ -1607,8 +1607,11 @@ def test_an_op_whose_inputs_moved_within_the_tolerance_and_output_barely_beyond_
     fused with `ln_f`, which a scale leaves almost unchanged; `lm_head`'s `mm` showed 1.2x the tolerance and
     was pinned by value, so narrowing never ran. Its inputs agreed only within the tolerance: unsure."""
     first = _eager_against_inductor(tmp_path, _head_barely_beyond)
-    assert (first["op"], first["source"]) == ("aten::mm", "m.py:698")
     assert first["may_start_earlier"] is True and "may come from its inputs" in first["note"], first["note"]
+    # Named where the change below the tolerance came in: the layer norm's kernel moved y 5e-5 from inputs
+    # bitwise equal; the `mm` where it showed stays a candidate.
+    assert (first["op"], first["source"]) == ("aten::native_layer_norm", "m.py:619")
+    assert "m.py:698" in [c["source"] for c in first["candidates"]] and first["pinned_by"] is None
 
 
 def test_an_op_whose_inputs_are_bitwise_equal_is_pinned_however_barely_beyond(tmp_path: Path) -> None:

@@ -551,13 +551,15 @@ class _BSide:
 
 @dataclass(frozen=True)
 class _LooseEntry:
-    """Where a change hidden by the absolute tolerance came in: a value A made with ops no record of B
-    pairs with (`places`, computing ops, oldest first), which an op (`read_at`) read agreeing only within
-    the absolute tolerance, changed by more than rtol relative (`rel_diff`)."""
+    """Where a change below the tolerance came in: a value A made with ops no record of B pairs with
+    (`places`, computing ops, oldest first), which an op (`read_at`) read agreeing only within the absolute
+    tolerance, changed by more than rtol relative (`rel_diff`); or a paired op (`places` and `read_at`
+    both it) whose output moved far more than its inputs, still within the tolerance."""
 
     places: tuple[Place, ...]
     read_at: Place
     rel_diff: float
+    how: str  # says which of the two, for the report
 
 
 class _LooseEntries:
@@ -581,8 +583,26 @@ class _LooseEntries:
                     continue  # made by an update whose writes were not read (AdamW's foreach step): judged apart
                 places = tuple(c.place for c in made if not c.moves and not only_moves(c.place.op))
                 if places:
-                    found.append(_LooseEntry(places, Place.of(ra), comparison.rel_diff))
+                    how = (f"{Place.of(ra).op} (#{ra['i']}) read the value of {places[-1].op} at {places[-1].source}, "
+                           f"which no record of B pairs with, {comparison.rel_diff:.2g} off relative (beyond rtol, "
+                           "small values within atol)")
+                    found.append(_LooseEntry(places, Place.of(ra), comparison.rel_diff, how))
         return min(found, key=lambda e: e.read_at.index, default=None)
+
+    @staticmethod
+    def started_by(ra: dict[str, Any], passed: list[tuple[dict, dict, TensorComparison]],
+                   out_passed: list[tuple[dict, dict, TensorComparison]]) -> _LooseEntry | None:
+        """A new entry where `ra` (whose inputs carry none) agreed, but its outputs moved far more than its
+        agreeing inputs: a change of at least 1/_FAR_BELOW of rtol from inputs that moved _FAR_BELOW times
+        less (a layer norm's backward 7e-5 off, rtol 1e-3, from inputs 4e-8 off: rounding)."""
+        moved = max((c.rel_diff for _, _, c in out_passed), default=0.0)
+        inputs = max((c.rel_diff for _, _, c in passed), default=0.0)
+        if not out_passed or moved * _FAR_BELOW <= out_passed[0][2].tolerance.rtol or moved <= _FAR_BELOW * inputs:
+            return None
+        place = Place.of(ra)
+        how = (f"{place.op} (#{place.index}) at {place.source} agreed, but its output moved {moved:.2g} relative "
+               f"from inputs that moved {inputs:.2g}: a change below the tolerance, not rounding, made there")
+        return _LooseEntry((place,), place, moved, how)
 
     def carry(self, ra: dict[str, Any], moved: Iterable[dict[str, Any]], entry: _LooseEntry | None) -> None:
         """`ra`'s outputs that moved at all (`moved`, A's tensors) carry what its inputs carried."""
@@ -607,6 +627,10 @@ class _LooseEntries:
         return None
 
 
+# A change this many times below rtol, from inputs that moved this many times less, is no rounding.
+_FAR_BELOW = 30.0
+
+
 def _moved(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
     """A's tensors of agreeing pairs that are not equal to B's."""
     return [ta for ta, _tb, comparison in passed if comparison.rel_diff > 0]
@@ -626,9 +650,7 @@ def _from_a_loose_entry(first: Divergence, entry: _LooseEntry | None) -> Diverge
     shown = first.observed or first.a
     made = entry.places[-1]
     note = (f"at {shown.op} (#{shown.index}): {first.note}; what it read carries a change that came in below the "
-            f"absolute tolerance: "
-            f"{entry.read_at.op} (#{entry.read_at.index}) read the value of {made.op} at {made.source}, which no "
-            f"record of B pairs with, {entry.rel_diff:.2g} off relative (beyond rtol, small values within atol)")
+            f"tolerance: {entry.how}")
     candidates = tuple(dict.fromkeys((*entry.places, *first.candidates)))
     return replace(first, a=made, candidates=candidates, observed=shown, inputs_agree=False, note=note)
 
@@ -939,7 +961,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                                     or _from_walk(ra, rb, candidates, out_diffs, inputs_agree=True))
             else:
                 absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
-                loose_entries.carry(ra, _moved(out_passed), first_entry)
+                loose_entries.carry(ra, _moved(out_passed),
+                                    first_entry or loose_entries.started_by(ra, passed, out_passed))
                 walker.known(ra)
                 b_side.agree(rb, ra["i"], _loose(out_passed))
             continue
@@ -1007,7 +1030,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.first = _changed_in_between(ra, rb, in_diffs, walker, b_side, by_name)
         else:
             absorbed = absorbed or _absorbed_change(ra, rb, in_diffs, kernel, comparer, walker, b_side, by_name)
-            loose_entries.carry(ra, _moved(out_passed), first_entry)
+            loose_entries.carry(ra, _moved(out_passed), first_entry or loose_entries.started_by(ra, passed, out_passed))
             walker.known(ra)
             b_side.agree(rb, ra["i"], _loose(out_passed))
             _mark_an_unread_update(ra, rb, passed, amplified, walker, seen_regions and not open_regions)
