@@ -25,6 +25,7 @@ from tracediff.errors import ExitCode
 from tracediff.report.build import build_report
 from tracediff.run.launcher import RunResult
 from tracediff.run.narrow import narrow, needs_narrowing
+from tracediff.trace.reader import Trace
 
 
 def saved_recordings(run_dir: Path) -> Callable[..., RunResult]:
@@ -61,8 +62,10 @@ def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:
         return dict(result, outcome="failed", detail=f"no trace of the compiled run in {run_dir}")
     report = build_report(diff_traces(reference, fused, config), [str(reference), str(fused)], config)
     if needs_narrowing(report, fused):
+        # The backend as recorded (a custom backend's `module:function`), which names the narrowing's trace.
+        backend = Trace(fused).header.get("backend") or result["backend"]
         runs = [RunResult("eager", reference, reference.with_suffix(".log"), 0, False, 0.0),
-                RunResult(result["backend"], fused, fused.with_suffix(".log"), 0, False, 0.0)]
+                RunResult(backend, fused, fused.with_suffix(".log"), 0, False, 0.0)]
         report = narrow(report, runs, Path("target.py"), [], config, run_dir, echo=lambda _line: None,
                         record=saved_recordings(run_dir))
     first = report.get("first_divergence") or {}
