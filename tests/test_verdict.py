@@ -2151,3 +2151,44 @@ def test_a_backward_kernel_reading_a_saved_activation_does_not_name_the_forward_
     first = _eager_against_inductor(tmp_path, _backward_kernel_reading_a_saved_activation)
     assert first["op"] != "aten::native_layer_norm", first["note"]
     assert "aten::native_layer_norm_backward" in [c["op"] for c in first["candidates"]]
+
+
+def _position_gradient_scaled_after_its_sum(builder: TraceBuilder, compiled: bool) -> None:
+    """GPT-2's position embedding: the forward computes the position ids (line 573, integers; no record of
+    B pairs with it), the backward sums the gradient over the batch (line 577) and scatters it into the
+    embedding's gradient with those ids (line 576). With one kernel per op, B sums as A does, then a
+    pass's `mul` at line 577 scales the sum 1%."""
+    t = builder.tensor
+    ids = torch.arange(4)
+    g = torch.linspace(-1, 1, 32).reshape(2, 4, 4)
+    summed = g.sum(0)
+    scaled = summed * (1.01 if compiled else 1.0)
+    weight_grad = torch.zeros(6, 4).index_add(0, ids, scaled)
+    builder.region("enter", [t("g", g, "in0")])
+    if compiled:
+        builder.kernel("cpp_fused_sum_1", [t("g", g, "in_ptr0")], [t("summed", summed, "out_ptr0")], src="m.py:577",
+                       fuses=("aten::sum.dim_IntList",), bw=True)
+        builder.kernel("cpp_fused_sum_2", [t("summed", summed, "in_ptr0")], [t("scaled", scaled, "out_ptr0")],
+                       src="m.py:577", fuses=("aten::mul.Tensor",), bw=True)
+        builder.kernel("cpp_fused_embedding_dense_backward_3", [t("ids_b", ids, "in_ptr0"), t("scaled", scaled, "in_ptr1")],
+                       [t("wg", weight_grad, "out_ptr0")], src="m.py:576",
+                       fuses=("aten::unsqueeze", "aten::_unsafe_masked_index_put_accumulate"), bw=True)
+    else:
+        builder.op("aten::add.Tensor", [t("offset", torch.zeros(4, dtype=torch.int64))], [t("ids", ids, "0")],
+                   src="m.py:573")  # B computes the ids inside its embedding kernel: no record of B pairs with it
+        builder.op("aten::sum.dim_IntList", [t("g", g)], [t("summed", summed, "0")], src="m.py:577", bw=True)
+        builder.op("aten::embedding_dense_backward", [t("scaled", scaled, "grad_output"), t("ids", ids, "indices")],
+                   [t("wg", weight_grad, "0")], src="m.py:576", bw=True)
+    builder.region("exit", [t("wg", weight_grad, "out0")])
+
+
+def test_a_change_after_a_paired_sum_is_named_there_though_the_walk_reaches_the_indices_computed_before_it(
+        tmp_path: Path) -> None:
+    """CPU (compile_fx, seed 14) and H200 (inductor, seed 15) GPT-2 training steps, g3n134: a pass scaled the
+    position gradient's sum (line 577) 1%. B's `mul` kernel read the sum's agreed value and changed it at its
+    line, but the walk back from the embedding's gradient also reached the position ids, computed in the
+    forward long before the sum, and an op of A after the oldest candidate was passed over: the embedding's
+    backward (line 576) was named."""
+    first = _eager_against_inductor(tmp_path, _position_gradient_scaled_after_its_sum)
+    assert (first["op"], first["source"]) == ("aten::sum.dim_IntList", "m.py:577"), first["note"]
+    assert first["b"]["op"] == "cpp_fused_sum_2"

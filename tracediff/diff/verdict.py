@@ -29,6 +29,7 @@ maps of compact producer entries for the walk back.
 from __future__ import annotations
 
 import math
+import re
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -1435,7 +1436,7 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         # the value of one op (`addmm`) is a step of recomputing the next (`gelu(fc1(x))`, one line).
         read_there = None if made.place.source in recomputed else _op_read_at_its_line(made, walker, b_side)
         a = read_there or walker.agreed_computing_at(made.place.source)
-        if a is None or a.index > candidates[0].index:
+        if a is None or a.index > _first_computing_floats(candidates, walker).index:
             continue
         # After a recomputation, a record reading the recomputed value and writing another changes it.
         changes_recomputed = not b_side.recomputes(made) and b_side.read_a_recomputed_value_of(made, a.index)
@@ -1459,6 +1460,17 @@ def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candi
         return Divergence(_kind(worst), a, made.place, (a, *candidates), worst, False, note,
                           observed=seen)
     return None
+
+
+def _first_computing_floats(candidates: tuple[Place, ...], walker: _Walker) -> Place:
+    """The oldest candidate that makes floating values: the walk back also reaches the integer indices a
+    gather reads (an embedding's position ids, computed in the forward), which no floating change came
+    through, and an op of A changed after them is no less upstream of the difference."""
+    for place in candidates:
+        outputs = walker.outputs_of(place.index)
+        if not outputs or any(not _INTEGRAL.match(t.get("dt", "")) for t in outputs):
+            return place
+    return candidates[0]
 
 
 def _candidate_value_read(made: _Made, candidates: tuple[Place, ...], seen: int, walker: _Walker,
@@ -1487,6 +1499,9 @@ def _candidate_value_read(made: _Made, candidates: tuple[Place, ...], seen: int,
                 return place
     return None
 
+
+# Dtypes of indices and masks: no floating difference comes through them.
+_INTEGRAL = re.compile(r"(u?int\d*|bool)$")
 
 # A value this many times its absolute tolerance (max |x|) is no rounding noise near zero.
 _FAR_FROM_ZERO = 10.0
