@@ -383,7 +383,7 @@ def test_kernel_buffers_that_reinterpret_one_storage_are_filed_as_aliases_of_it(
     for offset in (0, 4):  # two kernels, each writing one half through an alias deleted right after
         half = reinterpret(buffer, (4,), (1,), offset)
         recorder.link_kernel_buffers([half])
-        half.numpy()[:] = 1.0  # as a kernel writes: behind the version counter
+        half.data.fill_(1.0)  # as a kernel writes: behind the version counter (`.data` has its own)
         written += recorder.describe_tensors([("out_ptr0", half)], written=True)
         del half
     gc.collect()
