@@ -564,10 +564,10 @@ class _LooseEntry:
 
 
 class _LooseEntries:
-    """Which of A's agreeing values carry a change that came in below the absolute tolerance, and where it
-    came in. A difference that grows from there (a loss's gradient 0.5% off, values of ~1e-6 under an atol
-    of 1e-5, carried through a backward until an `mm` shows it barely beyond the tolerance) was made
-    there, not at the op where it first exceeds the tolerance."""
+    """Which of A's agreeing values carry a change that came in below the tolerance, and where it came in.
+    A difference that grows from there (a loss's gradient 0.5% off, its elements of about 1e-3 moving by
+    less than the absolute tolerance, 1e-5, carried through a backward until an `mm` shows it barely
+    beyond the tolerance) was made there, not at the op where it first exceeds the tolerance."""
 
     def __init__(self) -> None:
         self.carried: OrderedDict[Key, _LooseEntry] = OrderedDict()
@@ -644,8 +644,8 @@ def _far_from_zero_and_loose(ta: dict[str, Any], c: TensorComparison) -> bool:
 
 
 def _from_a_loose_entry(first: Divergence, entry: _LooseEntry | None) -> Divergence:
-    """`first`, or, where it may have started earlier, the ops whose change came in below the absolute
-    tolerance upstream of it (`entry`): named, with `first`'s candidates kept."""
+    """`first`, or, where it may have started earlier, the ops whose change came in below the tolerance
+    upstream of it (`entry`): named, with `first`'s candidates kept."""
     if entry is None or not first.may_start_earlier:
         return first
     shown = first.observed or first.a
@@ -840,7 +840,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     alignable_index = -1
     # The first value B changed after it agreed whose reader's output still agreed (within the tolerance).
     absorbed: Divergence | None = None
-    # Changes that came in below the absolute tolerance, and the one the first divergence's inputs carry.
+    # Changes that came in below the tolerance, and the one the first divergence's inputs carry.
     loose_entries, first_entry = _LooseEntries(), None
     # A's compiled regions: open ones, and whether any was seen (ops outside them run eagerly in both runs).
     open_regions, seen_regions = 0, False
