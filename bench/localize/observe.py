@@ -69,10 +69,11 @@ def observability(reference: Path, faulty: Path, clean: Path, tolerance: Toleran
     difference decides.
 
     The last results of a training `model` (its weights, models.updated_by_optimizer) come from an eager
-    optimizer step fed by the compiled gradients. Where those gradients agree within the tolerance and only the weights
-    differ beyond it, the optimizer amplified differences below the tolerance (AdamW's first step is about
-    lr * sign(grad): a gradient near zero that moves by an ulp flips a weight's update), which tracediff
-    reports as amplified, not as a divergence: counted apart (`amplified`), whatever the verdict.
+    optimizer step fed by the compiled gradients. Where those gradients agree within the tolerance and
+    only the weights differ beyond it, the optimizer amplified differences below the tolerance (AdamW's
+    first step is about lr * sign(grad): a gradient near zero that moves by an ulp flips a weight's
+    update), which tracediff reports as amplified, not as a divergence: counted apart (`amplified`),
+    whatever the verdict.
 
     Returns {"difference", "effect", "noise", "observable", "in_noise", "amplified"}."""
     difference = output_difference(reference, faulty, tolerance)

@@ -94,7 +94,8 @@ class Launcher:
         self._direct = True  # False once a direct launch failed: Triton changed, use its JIT path
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int) -> None:
-        """Partial statistics of flat contiguous float32/float64 `x` into `out[row]` ([batch, programs, STATS], zeros)."""
+        """Partial statistics of flat contiguous float32/float64 `x` into `out[row]`
+        ([batch, programs, STATS], zeros)."""
         n = x.numel()
         programs = min(out.shape[1], triton.cdiv(n, self.block))  # rows left out stay zero
         step = programs * self.block
