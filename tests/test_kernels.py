@@ -160,7 +160,7 @@ def test_kernels_are_recorded_with_caches_warm_and_cold(tmp_path: Path) -> None:
     kernels = []
     for attempt in ("cold", "warm"):
         trace = tmp_path / f"{attempt}.jsonl"
-        subprocess.run([sys.executable, "-m", "tracediff.run.child", "--backend", "inductor", "--out", str(trace),
+        subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "inductor", "--out", str(trace),
                         str(FIXTURES / "perturbed_fusion.py")], env=env, check=True, capture_output=True)
         _, records = read_trace(trace)
         kernels.append([(r["name"], [f["op"] for f in r["fuses"]]) for r in records if r["t"] == "kernel"])
@@ -205,7 +205,7 @@ def test_fused_ops_writing_a_nonfinite_literal_are_marked() -> None:
 def test_a_custom_backend_around_compile_fx_gives_kernels_module_paths(tmp_path: Path) -> None:
     # compile_fx_backend imports compile_fx before tracediff wraps it: the module paths must come anyway.
     trace = tmp_path / "b.jsonl"
-    subprocess.run([sys.executable, "-m", "tracediff.run.child", "--backend", "compile_fx_backend:my_backend",
+    subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "compile_fx_backend:my_backend",
                     "--out", str(trace), str(FIXTURES / "perturbed_layernorm.py")], check=True, capture_output=True)
     _, records = read_trace(trace)
     fused = [f for r in records if r["t"] == "kernel" for f in r["fuses"]]

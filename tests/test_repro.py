@@ -19,8 +19,9 @@ import torch
 
 from tests.conftest import Result, invoke, marker_line
 from tracediff.errors import UserError
-from tracediff.repro.capture import ArgumentCapture
-from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script, render_value
+from tracediff.record.capture import ArgumentCapture
+from tracediff.record.capture import OutputRef
+from tracediff.repro.script import InputName, ReproSpec, render_script, render_value
 
 DEMO_BACKENDS = "eager,wrong_decomposition:wrong_cos_backend"
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from tracediff._version import package_version
+from tracediff.api import record
+from tracediff.testing import assert_match
 
-from tracediff.api import record  # noqa: E402
-from tracediff.testing import assert_match  # noqa: E402
+__version__ = package_version()
 
 __all__ = ["__version__", "assert_match", "record"]

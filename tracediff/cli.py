@@ -175,7 +175,7 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
       tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
     from tracediff.outputs import check_file
-    from tracediff.run.launcher import check_script, record_in_subprocess
+    from tracediff.launch.launcher import check_script, record_in_subprocess
     from tracediff.run.pipeline import check_backend
 
     path = check_script(script)

@@ -86,7 +86,7 @@ def assert_match(
     from tracediff.diff.engine import diff_traces
     from tracediff.report.build import build_report
     from tracediff.report.text import render_text
-    from tracediff.run.launcher import trace_name
+    from tracediff.launch.launcher import trace_name
 
     settings = _config(config, rtol, atol)
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)

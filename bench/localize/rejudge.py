@@ -23,7 +23,7 @@ from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
 from tracediff.report.build import build_report
-from tracediff.run.launcher import RunResult
+from tracediff.outcome import RunResult
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.trace.reader import Trace
 

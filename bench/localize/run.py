@@ -89,7 +89,7 @@ def list_nodes(model: str, backend: str, device: str, work: Path) -> list[dict[s
 def record_reference(model: str, device: str, work: Path) -> Path:
     """One eager recording of the script, shared by every fault of this model (recorded as `run` records A)."""
     from tracediff.config import load_config
-    from tracediff.run.launcher import record_in_subprocess
+    from tracediff.launch.launcher import record_in_subprocess
 
     config = load_config(None)
     trace = work / "a-eager.jsonl"
@@ -188,7 +188,7 @@ def run_fault(job: dict[str, Any]) -> dict[str, Any]:
 def worker(job: dict[str, Any]) -> None:
     """In the worker process: record the faulty backend and diff it against the reference, as `run` does."""
     from tracediff.config import load_config
-    from tracediff.run.launcher import RunResult
+    from tracediff.outcome import RunResult
     from tracediff.run.pipeline import run_against
 
     work = Path(job["dir"])

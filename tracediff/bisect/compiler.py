@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode, TraceFormatError, UserError
-from tracediff.run.launcher import record_in_subprocess
+from tracediff.launch.launcher import record_in_subprocess
 
 
 def check_bisectable(backend: str) -> None:

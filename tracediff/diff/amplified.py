@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
-from tracediff.diff.compare import TensorComparison
+from tracediff.diff.compare import TensorComparison, TensorDiff
 from tracediff.diff.place import Place
 from tracediff.trace.schema import OP
-
-if TYPE_CHECKING:
-    from tracediff.diff.verdict import TensorDiff
 
 Key = tuple[int, Any]  # (tensor id, version), as in verdict.py
 
@@ -47,7 +44,7 @@ class Amplifier:
 
     place: Place  # trace A's op
     b: Place  # its counterpart in B
-    worst: "TensorDiff"  # its worst differing output
+    worst: TensorDiff  # its worst differing output
     why: str  # why its inputs count as agreeing only below the tolerance
     unread: bool = False  # its amplified values are writes not fingerprinted (AdamW's foreach step)
     # Such a record that read a value changed coherently by more than rtol, within the absolute

@@ -42,6 +42,19 @@ class TensorComparison:
         return text
 
 
+@dataclass(frozen=True)
+class TensorDiff:
+    """One disagreeing tensor of a paired record."""
+
+    side: str  # "input" or "output"
+    arg: str
+    dtype: str
+    shape: tuple[int, ...]
+    a: dict[str, Any]
+    b: dict[str, Any]
+    comparison: TensorComparison
+
+
 def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolerance, noise: float | None = None,
                          factor: float = 10.0) -> TensorComparison:
     """Judge b against a. With `noise` (calibrated, relative), each statistic may differ by

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Iterator
 from tracediff.config import Config, Tolerance
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
-from tracediff.diff.compare import TensorComparison, compare_fingerprints, without_sketch
+from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints, without_sketch
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
@@ -61,19 +61,6 @@ _STRUCTURE_EXAMPLES = 5
 
 Key = tuple[int, Any]  # (tensor id, version): one value of one tensor
 Ref = tuple[int, Any, Any]  # (tensor id, version, base id or None): a value read, maybe through a view
-
-
-@dataclass(frozen=True)
-class TensorDiff:
-    """One disagreeing tensor of a paired record."""
-
-    side: str  # "input" or "output"
-    arg: str
-    dtype: str
-    shape: tuple[int, ...]
-    a: dict[str, Any]
-    b: dict[str, Any]
-    comparison: TensorComparison
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from tracediff.record.source import clean_fx_module_path
+from tracediff.record.source import FusedSource, SourceLocation, clean_fx_module_path
 
 if TYPE_CHECKING:
     from tracediff.record.mode import TraceRecorder
-    from tracediff.record.source import SourceLocation
 
 _CPP_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S | re.M)
 _CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
@@ -355,13 +354,11 @@ class KernelCapture:
             result = kernel(*args, **kwargs)
         outputs = recorder.describe_tensors([(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)], written=True)
         fuses = [op.as_record(recorder.region_root) for op in info.fused_ops(name, site)]
-        recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs)
+        recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs, fused_source(fuses))
         return result
 
 
-def _site_source(info: GraphKernels, line: int) -> "SourceLocation | None":
-    from tracediff.record.source import SourceLocation
-
+def _site_source(info: GraphKernels, line: int) -> SourceLocation | None:
     handle = info.site_handles.get(line)
     for op in reversed(info.fuses.get(handle or "", [])):
         if op.path and op.line:
@@ -369,11 +366,11 @@ def _site_source(info: GraphKernels, line: int) -> "SourceLocation | None":
     return None
 
 
-def fused_source(fuses: list[dict[str, Any]]) -> tuple[str | None, str | None, str | None, str | None]:
-    """(src, path, code, module) of the last fused op: the one whose value the kernel writes."""
+def fused_source(fuses: list[dict[str, Any]]) -> FusedSource:
+    """The source of the last fused op with a line: the one whose value the kernel writes."""
     for op in reversed(fuses):
         if op.get("path"):
             path = op["path"]
             line = int(op["src"].rsplit(":", 1)[1])
-            return op["src"], path, linecache.getline(path, line).strip(), op.get("m")
-    return None, None, None, (fuses[-1].get("m") if fuses else None)
+            return FusedSource(op["src"], path, linecache.getline(path, line).strip(), op.get("m"))
+    return FusedSource(module=fuses[-1].get("m") if fuses else None)

@@ -32,7 +32,7 @@ from tracediff.record.device_fingerprints import DeviceFingerprints
 from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
-from tracediff.record.source import SourceFinder
+from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.trace.schema import KERNEL, OP, REGION
 from tracediff.trace.writer import TraceWriter
 
@@ -547,16 +547,13 @@ class TraceRecorder(TorchDispatchMode):
     # -- generated kernels -------------------------------------------------------------
 
     def write_kernel(self, name: str, site: str | None, graph: str, fuses: list[dict[str, Any]],
-                     inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> None:
+                     inputs: list[dict[str, Any]], outputs: list[dict[str, Any]], source: FusedSource) -> None:
         """One launch of an inductor-generated kernel (record/kernels.py)."""
-        from tracediff.record.kernels import fused_source
-
-        src, path, code, module = fused_source(fuses)
         record: dict[str, Any] = {"t": KERNEL, "i": self._seq, "name": name, "site": site, "g": graph,
                                   "d": self.modules.depth + len(self._regions),
-                                  "m": module or self.modules.current or self.region_root}
-        if src:
-            record.update(src=src, path=path, code=code)
+                                  "m": source.module or self.modules.current or self.region_root}
+        if source.src:
+            record.update(src=source.src, path=source.path, code=source.code)
         record.update(fuses=fuses, **{"in": inputs, "out": outputs})
         if self.modules.in_backward:
             record["bw"] = True

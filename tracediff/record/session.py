@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-import tracediff
+from tracediff._version import package_version
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
 from tracediff.record.fingerprint import FINGERPRINT_KINDS
@@ -111,7 +111,7 @@ class RecordingSession:
 
     def _header(self) -> dict[str, Any]:
         return {
-            "tracediff": tracediff.__version__,
+            "tracediff": package_version(),
             "torch": torch.__version__,
             "python": platform.python_version(),
             "platform": platform.platform(),

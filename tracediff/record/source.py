@@ -38,6 +38,16 @@ class SourceLocation:
 
 
 @dataclass(frozen=True)
+class FusedSource:
+    """Where a generated kernel's value comes from: the last op it fuses that has a source line."""
+
+    src: str | None = None  # "model.py:42"
+    path: str | None = None
+    code: str | None = None
+    module: str | None = None
+
+
+@dataclass(frozen=True)
 class FxNodeInfo:
     """What an FX node tells about the user code it came from."""
 
@@ -54,10 +64,9 @@ class SourceFinder:
     """Finds the user frame of the op being dispatched. Caches per code object."""
 
     def __init__(self) -> None:
-        import tracediff
-
         paths = sysconfig.get_paths()
-        self._skip_prefixes = (_package_dir(torch), _package_dir(tracediff))
+        tracediff_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tracediff/record/..
+        self._skip_prefixes = (_package_dir(torch), tracediff_dir)
         self._stdlib = paths["stdlib"] + os.sep
         # site-packages lives under the stdlib directory, but its third-party model
         # code (transformers' modeling_gpt2.py) is exactly what users want to see.

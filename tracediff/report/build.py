@@ -15,9 +15,10 @@ from tracediff.config import Config
 from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import Place, draws_random
-from tracediff.diff.verdict import DiffResult, Divergence, TensorDiff
+from tracediff.diff.compare import TensorDiff
+from tracediff.diff.verdict import DiffResult, Divergence
 from tracediff.errors import ExitCode
-from tracediff.run.launcher import RunResult
+from tracediff.outcome import RunResult
 
 
 def _number(x: float | None) -> float | None:

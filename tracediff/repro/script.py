@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from tracediff.errors import UserError
+from tracediff.record.capture import OutputRef
 
 
 @dataclass
@@ -35,14 +36,6 @@ class ReproSpec:
 
 class InputName(str):
     """A tensor argument that comes from inputs.pt (rendered as a bare name)."""
-
-
-@dataclass(frozen=True)
-class OutputRef:
-    """A tensor argument that is output `position` (None: the whole result) of the replayed op recorded at `index`."""
-
-    index: int
-    position: int | None
 
 
 def render_value(value: Any) -> str:

@@ -30,9 +30,9 @@ from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.errors import ExitCode, Interrupted, UserError, interrupt_keeps
 from tracediff.outputs import ensure_dir
-from tracediff.repro.capture import CAPTURE_FORMAT
-from tracediff.repro.script import InputName, OutputRef, ReproSpec, render_script
-from tracediff.run.launcher import record_in_subprocess
+from tracediff.record.capture import CAPTURE_FORMAT, OutputRef
+from tracediff.repro.script import InputName, ReproSpec, render_script
+from tracediff.launch.launcher import record_in_subprocess
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import OP
 

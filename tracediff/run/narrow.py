@@ -33,7 +33,8 @@ from tracediff.diff.fusion import PRECISION, WRONG_RESULT, FusionEffect, judge_d
 from tracediff.diff.precision import preserves_values
 from tracediff.errors import TraceFormatError
 from tracediff.report.build import build_report
-from tracediff.run.launcher import RunResult, record_in_subprocess, trace_name
+from tracediff.launch.launcher import record_in_subprocess, trace_name
+from tracediff.outcome import RunResult
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import KERNEL
 

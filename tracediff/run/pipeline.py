@@ -19,7 +19,8 @@ from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.text import render_text
 from tracediff.run import backend_source
 from tracediff.run.narrow import narrow, needs_narrowing
-from tracediff.run.launcher import RunResult, check_script, new_run_dir, record_in_subprocess, trace_name
+from tracediff.launch.launcher import check_script, new_run_dir, record_in_subprocess, trace_name
+from tracediff.outcome import RunResult
 
 
 def parse_backends(text: str, script: str, allow_one: bool = False) -> list[str]:

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from tracediff.config import Config
 from tracediff.errors import interrupt_keeps
 from tracediff.report.text import describe_comparison
-from tracediff.run.launcher import RunResult, check_script, new_run_dir, trace_name
+from tracediff.launch.launcher import check_script, new_run_dir, trace_name
+from tracediff.outcome import RunResult
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.pipeline import compare_runs, record_run, write_report
 

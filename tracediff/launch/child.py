@@ -1,6 +1,6 @@
 """Child process entry: run one script under the recorder with one backend.
 
-    python -m tracediff.run.child --backend inductor --out a.jsonl -- script.py ARGS...
+    python -m tracediff.launch.child --backend inductor --out a.jsonl -- script.py ARGS...
 
 The script runs as `__main__` with its own argv and its directory first on
 sys.path, as `python script.py` would. Exit status: 0 when the script
@@ -22,7 +22,7 @@ from tracediff.errors import ExitCode, UserError
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tracediff.run.child")
+    parser = argparse.ArgumentParser(prog="python -m tracediff.launch.child")
     parser.add_argument("--backend", default=None, help="backend name; omitted: as the script wrote it")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         materialize = materialize_all()
     capture = None
     if options.capture:
-        from tracediff.repro.capture import ArgumentCapture
+        from tracediff.record.capture import ArgumentCapture
 
         capture = ArgumentCapture({int(i) for i in options.capture.split(",")})
     upcast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()

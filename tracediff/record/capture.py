@@ -9,16 +9,24 @@ instead of a copy, so the repro replays the chain's dataflow, not just values.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map_only
 
 from tracediff.record.mode import TraceRecorder
-from tracediff.repro.script import OutputRef
 from tracediff.trace.writer import TraceWriter
 
 CAPTURE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """A tensor argument that is output `position` (None: the whole result) of the replayed op recorded at `index`."""
+
+    index: int
+    position: int | None
 
 
 def _qualified_name(func: Any) -> str:
