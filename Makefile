@@ -8,7 +8,7 @@ VENV          ?= .venv
 BIN           := $(VENV)/bin
 STAMP         := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: setup demo test test-fast test-slow bench bench-localize clean
+.PHONY: setup demo test test-fast test-slow lint bench bench-localize clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,11 @@ PYTEST        := $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test: setup
 	$(PYTEST)
+
+# The linter (ruff: pyflakes, import order, bugbear, pyupgrade) and the type checker (mypy), as CI runs them.
+lint: setup
+	$(BIN)/ruff check tracediff tests bench
+	$(BIN)/mypy
 
 test-fast: setup
 	$(PYTEST) -m "not slow"

@@ -18,8 +18,8 @@ import random
 import sys
 import time
 import tracemalloc
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Hashable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -75,7 +75,7 @@ def edited(rng: random.Random, seq: list[Key], vocab: list[Key], edits: int) -> 
     positions = sorted(rng.sample(range(len(seq)), edits), reverse=True)
     for pos in positions:  # back to front, so earlier positions stay valid
         kind = rng.randrange(3)
-        new = rng.choice(vocab) if rng.random() < 0.7 else ("aten::renamed_%d" % rng.randrange(50), ())
+        new = rng.choice(vocab) if rng.random() < 0.7 else (f"aten::renamed_{rng.randrange(50)}", ())
         if kind == 0:
             out.insert(pos, new)
         elif kind == 1:

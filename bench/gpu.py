@@ -54,7 +54,6 @@ def log(msg: str) -> None:
 
 def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict[str, Any]:
     import torch
-
     import workloads
 
     fn = workloads.make(workload, device="cuda", compiled=mode == "inductor")
@@ -134,12 +133,12 @@ def micro() -> dict[str, Any]:
     rows = []
     for n in (2**20, 8 * 1024 * 768, 2**27):
         x = torch.randn(n, device="cuda")
-        row: dict[str, Any] = {"n": n, "sum_ms": device_ms(lambda: x.sum())}
+        row: dict[str, Any] = {"n": n, "sum_ms": device_ms(lambda: x.sum())}  # noqa: B023 (called at once)
         for programs in (264, 1056):
             for block, warps in ((1024, 4), (2048, 8), (4096, 8)):
                 out = torch.zeros((1, programs, 6), dtype=torch.float64, device="cuda")
                 launch = fingerprint_kernel.Launcher(block=block, warps=warps)
-                row[f"p{programs}_b{block}_w{warps}_ms"] = device_ms(lambda: launch(x, out, 0))
+                row[f"p{programs}_b{block}_w{warps}_ms"] = device_ms(lambda: launch(x, out, 0))  # noqa: B023 (called at once)
         row["GBps_sum"] = n * 4 / row["sum_ms"] / 1e6
         rows.append(row)
     host = {}
@@ -216,8 +215,12 @@ def table(res: dict[str, Any]) -> str:
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in res["rows"]:
         p, t, d = (row.get(c, {}) for c in CONFIGS)
-        ms = lambda r: "err" if "median_ms" not in r else f"{r['median_ms']:.2f}"
-        ratio = lambda a, b: "-" if "median_ms" not in a or "median_ms" not in b else f"{a['median_ms'] / b['median_ms']:.2f}x"
+        def ms(r: dict[str, Any]) -> str:
+            return "err" if "median_ms" not in r else f"{r['median_ms']:.2f}"
+
+        def ratio(a: dict[str, Any], b: dict[str, Any]) -> str:
+            return "-" if "median_ms" not in a or "median_ms" not in b else f"{a['median_ms'] / b['median_ms']:.2f}x"
+
         mem = " / ".join("-" if "peak_gpu_mib" not in r else f"{r['peak_gpu_mib']:.0f}" for r in (p, t, d))
         size = ("-" if "trace_bytes_per_record" not in t
                 else f"{t['trace_bytes_per_record']:.0f} / {t['trace_gzip_bytes_per_record']:.0f}")

@@ -40,8 +40,10 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -213,7 +215,6 @@ def _time_interleaved(runners: dict[str, Callable[[], dict[str, Any]]], reps: in
 def overhead_timing(workload: str, quick: bool, tmp: Path) -> dict[str, Any]:
     """Timing of one workload (or the empty block) under all configs, in this process."""
     import torch
-
     import workloads
 
     fn = _empty if workload == "empty" else workloads.make(workload)
@@ -267,11 +268,11 @@ def child_memory(workload: str, config: str, calls: int) -> dict[str, Any]:
     """
     import torch
     import torch._inductor.config  # noqa: F401  (imported by every recording session)
+    import workloads
     from torch.utils._debug_mode import DebugMode
 
     import tracediff
     import tracediff.record.session  # noqa: F401
-    import workloads
 
     tmp = Path(tempfile.mkdtemp(prefix="tracediff-bench-mem-"))
     with tracediff.record(tmp / "warm.jsonl"):
@@ -359,7 +360,9 @@ def section_overhead(quick: bool) -> dict[str, Any]:
 
 
 def table_overhead(res: dict[str, Any]) -> str:
-    ratio = (lambda x: "-" if x is None else f"{x:.1f}x")
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}x"
+
     out = []
     out.append("| workload | plain ms | tracediff ms | DebugMode ms | tracediff / plain | DebugMode / plain "
                "| tracediff / DebugMode | reps | noise: plain median / best |")
@@ -451,10 +454,9 @@ def _divergence_facts(result: Any) -> dict[str, Any]:
 
 
 def child_diff_e2e(a: str, b: str) -> dict[str, Any]:
+    import tracediff.diff.engine as engine
     from tracediff.config import Config
     from tracediff.diff.engine import diff_traces
-
-    import tracediff.diff.engine as engine
 
     gc.collect()
     reset_peak_rss()
@@ -500,10 +502,10 @@ def child_diff_phases(a: str, b: str, breakdown: bool, gc_off: bool = False) -> 
 
     sa = phase("build_skeleton_a", lambda: build_skeleton(a))
     sb = phase("build_skeleton_b", lambda: build_skeleton(b))
-    aligned = _as_tuple(phase("align", lambda: align(sa, sb)))
+    aligned = _as_tuple(phase("align", partial(align, sa, sb)))
     if gc_off:  # diagnostic: how much of the verdict pass is Python's cyclic GC
         gc.disable()
-    result = phase("find_divergence", lambda: find_divergence(sa, sb, *aligned, Config()))
+    result = phase("find_divergence", partial(find_divergence, sa, sb, *aligned, Config()))
     gc.enable()
     out: dict[str, Any] = {"gc_off": gc_off, "times_s": times, "rss_base_mib": base, "phase_peak_rss_mib": peaks,
                            "rss_after_mib": after, "rss_peak_mib": max(peaks.values()), **_divergence_facts(result)}
@@ -601,7 +603,7 @@ def child_profile_verdict(a: str, b: str) -> dict[str, Any]:
     stats = pstats.Stats(prof)
     total = stats.total_tt  # type: ignore[attr-defined]
     rows = []
-    for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, func), (_, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
         where = f"{Path(filename).name}:{line}({func})" if line else func
         rows.append({"function": where, "calls": nc, "tottime_s": tt, "cumtime_s": ct})
     rows.sort(key=lambda r: -r["tottime_s"])
@@ -752,9 +754,8 @@ def table_sequence(res: dict[str, Any]) -> str:
 
 def section_cuda(quick: bool) -> dict[str, Any]:
     """bench/gpu.py: eager and inductor on the GPU sizes; skipped without CUDA."""
-    import torch
-
     import gpu
+    import torch
 
     if not torch.cuda.is_available():
         log("[cuda] no CUDA device: skipped")

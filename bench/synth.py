@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tracediff.diff.skeleton import base_op
+from tracediff.op_names import base_op
 from tracediff.trace.writer import TraceWriter
 
 VERSION = "synth-v1"
@@ -117,7 +117,7 @@ def _templates(rng: random.Random) -> dict[str, list[_Template]]:
                              [rng.choice(shapes) for _ in range(rng.randint(0, 2))], True))
     # Optimizer: AdamW's per-parameter loop (12 parameters per layer, 9 ops each).
     opt = []
-    for p in range(12):
+    for _ in range(12):
         shape = rng.choice(shapes[1:7] + shapes[10:14])
         for k, op in enumerate(_OPT_OPS):
             opt.append(_Template(op, "", 200 + k, "opt.step()", [shape], [shape] * (1 if k in (1, 2, 6, 7) else 0), False))

@@ -17,8 +17,8 @@ All run with autograd enabled (as inside a training script), in train() mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn

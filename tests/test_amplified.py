@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.synth import TraceBuilder
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.report.build import build_report
-from tests.synth import TraceBuilder
 
 X = torch.linspace(-1, 1, 32).reshape(2, 16)
 W = torch.linspace(0.5, 1.5, 256).reshape(16, 16)

@@ -12,8 +12,13 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import FIXTURES, invoke, marker_line
-from tracediff.record.kernels import (build_graph_kernels, call_sites, cpp_kernel_params, nonfinite_constant_nodes,
-                                      parse_post_grad_graph)
+from tracediff.record.kernels import (
+    build_graph_kernels,
+    call_sites,
+    cpp_kernel_params,
+    nonfinite_constant_nodes,
+    parse_post_grad_graph,
+)
 from tracediff.trace.reader import read_trace
 
 POST_GRAD = '''

@@ -16,7 +16,7 @@ PACKAGE = Path(tracediff.__file__).parent
 
 # Lowest first. A unit is a subpackage or a top-level module; units of one layer are side by side.
 LAYERS: list[set[str]] = [
-    {"errors"},  # the exit codes and the two kinds of error
+    {"errors", "op_names"},  # the exit codes and the two kinds of error; op names and their parts
     {"config", "outputs", "quiet", "_version"},  # what everything may use
     {"trace", "outcome"},  # the trace's schema and files; the result types
     {"record", "diff"},  # making a trace; aligning two and deciding the verdict

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.synth import TraceBuilder
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.precision import preserves_values, widens
 from tracediff.report.build import build_report
-from tests.synth import TraceBuilder
 
 X = torch.linspace(-2, 2, 64 * 32).reshape(64, 32)
 

@@ -69,10 +69,11 @@ def test_op_records_carry_module_source_and_fingerprints(tmp_path: Path) -> None
 def test_source_is_user_code_not_torch(tmp_path: Path) -> None:
     with tracediff.record(tmp_path / "t.jsonl"):
         torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3))  # linear line
-    for record in _ops(tmp_path / "t.jsonl"):
-        if record["op"] == "aten::mm" or record["op"] == "aten::addmm":
-            assert record["src"] == f"{HERE}:{_line_of('# linear line')}"
-            assert "torch" not in record["path"].split("/")[-2:]
+    matmuls = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] in ("aten::mm", "aten::addmm")]
+    assert matmuls, "linear recorded no mm/addmm: nothing was checked"
+    for record in matmuls:
+        assert record["src"] == f"{HERE}:{_line_of('# linear line')}"
+        assert "torch" not in record["path"].split("/")[-2:]
 
 
 def test_inplace_ops_see_inputs_before_and_outputs_after(tmp_path: Path) -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import torch
 
+from tests.synth import TraceBuilder
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AGREE, DIFFER, AlignmentSample, Series
 from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.html import HIGHLIGHT, render_html
-from tests.synth import TraceBuilder
 
 X = torch.linspace(-1, 1, 12).reshape(3, 4)
 EVIL_SRC = 'evil.py:7'

@@ -5,12 +5,12 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.synth import TraceBuilder
+from tests.test_report_html import _chain
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.report.build import build_report
 from tracediff.report.junit import render_junit
-from tests.test_report_html import _chain
-from tests.synth import TraceBuilder
 
 
 def _report(tmp_path: Path, wrong_at: int | None) -> dict:

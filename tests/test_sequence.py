@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import random
 from bisect import bisect_left
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import pytest
 

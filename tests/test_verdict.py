@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
 
+from tests.synth import TraceBuilder
 from tracediff.config import Config
 from tracediff.diff.align import OP_TIER, SHAPE_TIER, VALUE_TIER
 from tracediff.diff.engine import build_skeletons, diff_traces
 from tracediff.diff.verdict import find_divergence
 from tracediff.report.build import build_report
-from tests.synth import TraceBuilder
 
 X = torch.linspace(-1, 1, 12).reshape(3, 4)
 W = torch.linspace(0.5, 1.5, 16).reshape(4, 4)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -174,8 +175,8 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
-    from tracediff.outputs import check_file
     from tracediff.launch.launcher import check_script, record_in_subprocess
+    from tracediff.outputs import check_file
     from tracediff.run.pipeline import check_backend
 
     path = check_script(script)

@@ -26,6 +26,7 @@ take precedence over the dtype defaults, most specific first.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import yaml
 
 from tracediff.errors import UserError
+from tracediff.op_names import packet
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Tolerance:
 
 # Generous enough for reordered float reductions and fused math on small
 # models, tight enough that a wrong op (cos -> sin) is orders of magnitude
-# outside. Measured on clean runs (docs/tolerances.md): on CPU agreeing float32
+# outside. Measured on clean runs (README "How it decides", docs/cuda.md): on CPU agreeing float32
 # values differ by at most ~4e-7 relative; on an H100, cuDNN convolution +
 # train-mode batchnorm vs one fused Triton reduction by 1.1e-4, hence the
 # looser `dtype@device` entry. Keys `dtype@device` override `dtype` for
@@ -86,8 +88,7 @@ class Config:
         """The tolerance a tensor of `dtype` on `device`, from `op` in `module`, is judged by."""
         if self.exact or not _is_floating(dtype):
             return EXACT
-        base_op = op.split(".", 1)[0]
-        for key in (op, base_op):
+        for key in (op, packet(op)):
             if key in self.op_tolerances:
                 return self.op_tolerances[key]
         if module:
@@ -98,11 +99,11 @@ class Config:
         return self.tolerances.get(f"{dtype}@{device_type}") or self.tolerances.get(dtype, self.tolerances["float32"])
 
     def is_ignored(self, op: str, module: str | None) -> bool:
-        if op in self.ignore_ops or op.split(".", 1)[0] in self.ignore_ops:
+        if op in self.ignore_ops or packet(op) in self.ignore_ops:
             return True
-        return bool(module) and any(_module_matches(module, m) for m in self.ignore_modules)
+        return module is not None and any(_module_matches(module, m) for m in self.ignore_modules)
 
-    def with_overrides(self, **overrides: Any) -> "Config":
+    def with_overrides(self, **overrides: Any) -> Config:
         """Command-line options win over the file; None means 'not given'."""
         changes = {k: v for k, v in overrides.items() if v is not None}
         rtol, atol = changes.pop("rtol", None), changes.pop("atol", None)
@@ -128,7 +129,7 @@ _TOP_KEYS = {"tolerances", "ops", "modules", "ignore", "strict_structure", "seed
              "noise_factor"}
 
 
-def load_config(path: str | Path | None) -> Config:
+def load_config(path: str | os.PathLike[str] | None) -> Config:
     """Read `tracediff.yaml`; no path and no ./tracediff.yaml gives the defaults."""
     if path is None:
         default = Path("tracediff.yaml")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from typing import Iterator
+from collections.abc import Iterator
 
 
 class ExitCode(enum.IntEnum):

@@ -13,8 +13,9 @@ do not use the fixture. Disable with `-p no:tracediff`.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

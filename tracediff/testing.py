@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tracediff.config import Config
 
@@ -84,9 +85,9 @@ def assert_match(
     On divergence or a failed run, raises AssertionError with the text report and keeps the traces.
     """
     from tracediff.diff.engine import diff_traces
+    from tracediff.launch.launcher import trace_name
     from tracediff.report.build import build_report
     from tracediff.report.text import render_text
-    from tracediff.launch.launcher import trace_name
 
     settings = _config(config, rtol, atol)
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)

@@ -69,7 +69,7 @@ class PlantedFault(CustomGraphPass):
     planted: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_env(cls) -> "PlantedFault":
+    def from_env(cls) -> PlantedFault:
         spec = os.environ.get("TRACEDIFF_PLANT")
         plant = None
         if spec:

@@ -8,7 +8,7 @@ Library models come from a config with random weights: no downloads.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import models
 import torch
 
-import models
 from tracediff.config import Config, Tolerance
 
 

@@ -15,15 +15,17 @@ Whether a fault is observable is judged again from the results the run saved
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from observe import clean_results, float32_tolerance, observability
+
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
-from tracediff.report.build import build_report
 from tracediff.outcome import RunResult
+from tracediff.report.build import build_report
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.trace.reader import Trace
 

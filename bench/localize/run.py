@@ -159,6 +159,7 @@ def run_and_score(job: dict[str, Any], clean_runs: CleanRuns) -> dict[str, Any]:
         clean_runs.finished(job)
     if result.get("plant") is not None and result["outcome"] != "failed":
         from observe import clean_results, float32_tolerance, observability
+
         from tracediff.config import load_config
 
         clean_runs.wait_for(job)
@@ -333,6 +334,7 @@ def main() -> None:
 
 def _rejudge(path: Path) -> None:
     from rejudge import rejudge_file
+
     from tracediff.config import load_config
 
     started = time.monotonic()

@@ -9,8 +9,6 @@ fault is planted as bench/localize/faults.py reads it from the environment.
 
 import argparse
 
-import torch
-
 import faults
 import models
 

@@ -25,9 +25,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
-from typing import Callable, Iterator, Sequence
 
 from tracediff.diff.sequence import align_sequences
 from tracediff.diff.skeleton import Skeleton

@@ -26,8 +26,9 @@ compiled region's exit (the program's computed results) beyond the tolerance.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from tracediff.diff.compare import TensorComparison, TensorDiff
 from tracediff.diff.place import Place

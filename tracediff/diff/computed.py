@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints

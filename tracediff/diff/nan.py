@@ -45,7 +45,7 @@ class NanOrigin:
     fuses: tuple[dict[str, Any], ...] = ()  # a kernel: its fused ops, graph order
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> "NanOrigin":
+    def of(cls, record: dict[str, Any]) -> NanOrigin:
         outs = tuple(_tensor(t) for t in record.get("out", ()) if has_nonfinite(t.get("fp")) and not t.get("uninit"))
         fuses = tuple({"op": f.get("op"), "source": f.get("src"), "module": f.get("m")}
                       for f in record.get("fuses") or ()) if record["t"] == KERNEL else ()

@@ -18,13 +18,15 @@ tolerance.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tracediff.diff.compare import sketch_distance
 from tracediff.diff.sequence import align_sequences
-from tracediff.diff.skeleton import alignable, base_op, chain_op
+from tracediff.diff.skeleton import alignable, chain_op
+from tracediff.op_names import base_op, is_in_place
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import REGION
 
@@ -141,7 +143,7 @@ def paired_tensors(reference: str | Path, float64_run: str | Path,
             position_c += 1
         assert current_c is not None
         # What an in-place op overwrites (uniform_ on a new parameter) may be garbage: keep the plain tolerance.
-        in_place = str(ra.get("op", "")).split(".", 1)[0].endswith("_")
+        in_place = is_in_place(str(ra.get("op", "")))
         for side, key in (("input", "in"), ("output", "out")):
             by_name = {t["a"]: t for t in current_c.get(key) or ()}
             for t in ra.get(key) or ():

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracediff.diff.compare import has_nonfinite
+from tracediff.op_names import packet, parts
 from tracediff.trace.schema import KERNEL, OP, REGION
-
 
 # In-place ops that write every element of `self` without reading it: initializers
 # (`nn.init.*`) and copies. What `self` held before (often uninitialized memory
@@ -23,20 +23,16 @@ def draws_random(op: str) -> bool:
     fused attention with dropout)?"""
     import torch
 
-    namespace, _, rest = op.partition("::")
-    name, _, overload = rest.partition(".")
+    namespace, name, overload = parts(op)
     try:
-        packet = getattr(getattr(torch.ops, namespace), name)
-        overload_op = getattr(packet, overload or "default")
+        overload_op = getattr(getattr(getattr(torch.ops, namespace), name), overload)
     except (AttributeError, RuntimeError):
         return False
     return torch.Tag.nondeterministic_seeded in overload_op.tags
 
 
 def _packet(record: dict[str, Any]) -> str:
-    """`aten::fill_.Scalar` -> `aten::fill_`: the op without its overload; unlike skeleton.base_op,
-    in-place ops stay apart from their functional forms."""
-    return str(record.get("op", "")).split(".", 1)[0]
+    return packet(str(record.get("op", "")))
 
 
 def _lifts_scalar(record: dict[str, Any]) -> bool:
@@ -80,7 +76,7 @@ class Place:
     path: str | None = None
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> "Place":
+    def of(cls, record: dict[str, Any]) -> Place:
         if record["t"] == REGION:
             name = f"region {record['ev']} {record['name']} (call {record['call']})"
         else:

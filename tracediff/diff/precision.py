@@ -21,10 +21,11 @@ blame while an op that computes is a candidate.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tracediff.config import Tolerance
-from tracediff.diff.skeleton import base_op
+from tracediff.op_names import base_op
 from tracediff.trace.schema import REGION
 
 Key = tuple[int, Any]
@@ -119,7 +120,7 @@ class CarriedPrecision:
     def of(self, t: dict[str, Any], op: str, module: str | None) -> Tolerance:
         """The tolerance `t` is judged at: what it carries, or its dtype's own."""
         own = self._own(t, op, module)
-        carried = self._carried.get((t.get("id"), t.get("v")))
+        carried = self._carried.get((t["id"], t.get("v")))
         return own if carried is None or not is_floating(t.get("dt")) else looser(own, carried)
 
     def record(self, record: dict[str, Any]) -> None:

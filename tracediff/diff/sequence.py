@@ -76,8 +76,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Hashable, Sequence
 from itertools import compress, count, repeat
-from typing import Hashable, Optional, Sequence
 
 __all__ = ["align_sequences"]
 
@@ -186,7 +186,7 @@ def _walk(
 
 def _intern(
     a: Sequence[Hashable], b: Sequence[Hashable]
-) -> tuple[list[int], list[int], Optional[array], Optional[array]]:
+) -> tuple[list[int], list[int], array | None, array | None]:
     """Map keys to shared small ints; drop elements whose key is absent from the other side."""
     ids: dict[Hashable, int] = {}
     A = list(map(ids.setdefault, a, count()))
@@ -194,8 +194,8 @@ def _intern(
     common = set(B)
     b_all = -1 not in common
     common.discard(-1)
-    amap: Optional[array] = None
-    bmap: Optional[array] = None
+    amap: array | None = None
+    bmap: array | None = None
     if len(common) < len(ids):
         keep = list(map(common.__contains__, A))
         amap = array("q", compress(range(len(A)), keep))
@@ -207,7 +207,7 @@ def _intern(
     return A, B, amap, bmap
 
 
-def _expand(runs: list[Run], amap: Optional[array], bmap: Optional[array]) -> list[Pair]:
+def _expand(runs: list[Run], amap: array | None, bmap: array | None) -> list[Pair]:
     runs.sort()
     out: list[Pair] = []
     extend = out.extend
@@ -375,13 +375,13 @@ def _lcs_exact(A: list[int], B: list[int], alo: int, ahi: int, blo: int, bhi: in
 # --------------------------------------------------------------------------- resynchronisation
 
 
-def _resync(A: list[int], B: list[int], i: int, ahi: int, j: int, bhi: int, radius: int) -> Optional[Pair]:
+def _resync(A: list[int], B: list[int], i: int, ahi: int, j: int, bhi: int, radius: int) -> Pair | None:
     """Offsets ``(di, dj)`` of the nearest common K-gram after ``(i, j)``, or None if there is none."""
     k = min(_GRAM, ahi - i, bhi - j)
     la = ahi - i - k + 1  # valid K-gram offsets on each side
     lb = bhi - j - k + 1
     span = max(la, lb)
-    best: Optional[Pair] = None
+    best: Pair | None = None
     cost = 2 * span + 1
     lim = min(radius, span)
     # Exhaustive phase: every pair with max(di, dj) == r is examined at step r,

@@ -14,18 +14,13 @@ from typing import Any
 
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import makes_nonfinite
+from tracediff.op_names import base_op, short
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
 # Ops that move no values: their number differs between eager and compiled
 # runs for bookkeeping reasons (autograd detaches, aliasing), never numerics.
 NO_VALUE_OPS = frozenset({"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::_to_copy_meta"})
-
-
-def base_op(name: str) -> str:
-    """`aten::addmm.out` -> `aten::addmm`; `aten::add_.Tensor` -> `aten::add` (functionalized form)."""
-    base = name.split(".", 1)[0]
-    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
 
 
 def chain_op(record: dict[str, Any]) -> str | None:
@@ -83,7 +78,7 @@ def _named_key(record: dict[str, Any], signature: tuple) -> int:
     src = record.get("src")
     if not src:
         return 0
-    name = kernel_origin(str(record.get("name", ""))) if record["t"] == KERNEL else base_op(record["op"]).removeprefix("aten::")
+    name = kernel_origin(str(record.get("name", ""))) if record["t"] == KERNEL else short(record["op"])
     return hash(("named", src, name, signature[:1])) if name else 0
 
 

@@ -32,23 +32,25 @@ import math
 import re
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import takewhile
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from tracediff.config import Config, Tolerance
-from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
+from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints, without_sketch
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.noise import Noise
-from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values, rewrites_an_input
 from tracediff.diff.place import Place
+from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values, rewrites_an_input
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
-from tracediff.diff.skeleton import Skeleton, alignable, base_op, chain_op, kernel_origin, op_line_key
+from tracediff.diff.skeleton import Skeleton, alignable, chain_op, kernel_origin, op_line_key
+from tracediff.op_names import base_op, short
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -102,11 +104,11 @@ class DiffResult:
     amplified: Amplified | None = None  # values that differ only by amplified sub-tolerance differences
 
     @property
-    def nan_origin_a(self) -> "NanOrigin | None":
+    def nan_origin_a(self) -> NanOrigin | None:
         return self.a.nan_origin
 
     @property
-    def nan_origin_b(self) -> "NanOrigin | None":
+    def nan_origin_b(self) -> NanOrigin | None:
         return self.b.nan_origin
 
 
@@ -516,7 +518,7 @@ class _BSide:
         found: dict[int, _Made] = {}
         first = _resolve(_ref(start), self.producers, self.agreed)
         content = _content(start)
-        if first not in self.producers and first not in self.agreed and content in self.by_content:
+        if first not in self.producers and first not in self.agreed and content is not None and content in self.by_content:
             first = self.by_content[content][0]  # a tensor no record made: the last one writing its content
         stack = [(*first, None)]
         while stack and len(found) < _WALK_LIMIT:
@@ -772,8 +774,8 @@ def _kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
     that became `mm` + `add`), so a kernel at the same line named for A's op computes the same quantity."""
     if ra["t"] != OP or not ra.get("src") or kernel.get("src") != ra["src"]:
         return False
-    short = base_op(ra["op"]).removeprefix("aten::")
-    return f"_{short}_" in f"_{kernel_origin(str(kernel.get('name', ''))) or ''}_"
+    name = short(ra["op"])
+    return f"_{name}_" in f"_{kernel_origin(str(kernel.get('name', ''))) or ''}_"
 
 
 def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
@@ -865,10 +867,10 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             if sample is not None:
                 sample.only_a(ra)
             continue
-        for passed in b_side.advance_to(j):
-            example("B", passed)
+        for skipped in b_side.advance_to(j):
+            example("B", skipped)
             if sample is not None:
-                sample.only_b(passed)
+                sample.only_b(skipped)
         rb = b_side.current
         assert rb is not None
         # A one-op kernel's buffers are its op's arguments, in order; other pairs match by name when the op is the same.
@@ -907,7 +909,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.inherited_complete = False
                 break
             continue
-        passed: list = []
+        passed: list[tuple[dict, dict, TensorComparison]] = []
         in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed,
                                      kernel=kernel)
         first_entry = loose_entries.read_by(ra, passed, walker)  # kept from the record that sets `result.first`
@@ -925,7 +927,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         fused_kernel = rb["t"] == KERNEL and (len(rb.get("fuses") or ()) != 1 or not _same_op(ra, rb))
         if fused_kernel and out_diffs and tier[alignable_index] != VALUE_TIER and ra["t"] == OP and _far_apart(
                 out_diffs) and b_values.hold_all(_differing(ra, out_diffs),
-                                                 lambda t: comparer.precision.of(t, ra["op"], ra.get("m"))):
+                                                 partial(comparer.precision.of, op=ra["op"], module=ra.get("m"))):
             # Paired on op and shapes with a kernel writing another quantity (GELU's backward: several
             # `mul`s at one line, run in another order), while B computed A's very value elsewhere.
             result.compared -= 1
@@ -942,9 +944,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 if origin is not None:
                     amplified.mark(bad, origin)
                     walker.unknown(ra, candidate=False, compared=True)
-                elif ra["t"] == REGION and bad and all(amplified.origin(t) for t in bad):
+                elif ra["t"] == REGION and bad and all(origins := [amplified.origin(t) for t in bad]):
                     # Amplified noise changes the program's results beyond the tolerance: never a match.
-                    result.first = _amplified_reached(ra, rb, amplified.origin(bad[0]), out_diffs)
+                    result.first = _amplified_reached(ra, rb, origins[0], out_diffs)  # type: ignore[arg-type]
                 else:
                     bad = [t for t in bad if amplified.origin(t) is None]
                     if ra["t"] == OP:
@@ -964,7 +966,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
             continue
         if out_diffs and not in_diffs and carried:
             # Differs only because it reads amplified values: amplified too, not a cause.
-            amplified.mark(_differing(ra, out_diffs), _input_origin(ra, carried[0], amplified))
+            amplified.mark(_differing(ra, out_diffs), next(o for o in origins if o is not None))
             walker.unknown(ra, candidate=False, compared=True)
         elif out_diffs and not in_diffs and ra["t"] == OP and preserves_values(ra):
             # A view, slice or copy changes no value: its input held the difference, within the tolerance
@@ -1035,8 +1037,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         if result.first is not None:
             sample.diverged()
         if result.inherited_complete:
-            for passed in b_side.rest():
-                sample.only_b(passed)
+            for rest in b_side.rest():
+                sample.only_b(rest)
         sample.finish((a.header, b.header), stopped_early=not result.inherited_complete)
     result.passed_by_noise = comparer.passed_by_noise
     result.closest_to_noise = comparer.closest
@@ -1073,6 +1075,7 @@ def _unsure_if_barely_beyond(d: Divergence) -> Divergence:
     by_value = d.inputs_agree and d.observed is None
     if by_value or d.changed_in_b or d.may_start_earlier or not _barely_beyond(d):
         return d
+    assert d.worst is not None  # _barely_beyond: a difference of a tensor
     comparison = d.worst.comparison
     note = (f"{d.note}; the difference is barely beyond the tolerance ({comparison.times_allowed:.2g}x what "
             "it allows): it may have grown from differences below the tolerance, made earlier")
@@ -1085,7 +1088,7 @@ def _unsure_if_inputs_moved(d: Divergence, passed: list) -> Divergence:
     made before it, inside a fused kernel and scaled down there (GPT-2's last residual `add`, 1% off, then
     `ln_f`, which a scale leaves almost unchanged; the `lm_head` after it showed 1.2x)."""
     moved = [c.rel_diff for ta, tb, c in passed if ta.get("fp") != tb.get("fp")]
-    if not moved or not _barely_beyond(d):
+    if not moved or not _barely_beyond(d) or d.worst is None:
         return d
     note = (f"{d.note}; but its inputs agree only within the tolerance (rel diff up to {max(moved):.2g}) and its "
             f"output is barely beyond it ({d.worst.comparison.times_allowed:.2g}x what it allows): the difference "
@@ -1186,9 +1189,9 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
     ta, tb = _input_pair(ra, rb, bad, by_name)
     made_a = walker.agreed_through_views(ta)
     made_b = b_side.computing_producer(tb) if tb is not None else None
-    if made_a is None and made_b is not None:
+    if made_a is None and made_b is not None and tb is not None:
         return _absorbed_from_unpaired_ops(ra, rb, bad, ta, tb, walker, b_side)
-    if made_a is not None and made_b is not None and made_b.place.source != made_a.source:
+    if made_a is not None and made_b is not None and tb is not None and made_b.place.source != made_a.source:
         # A reader decomposed into kernels of its own (one kernel per op: a layer norm's mean, rstd, ...):
         # the record of B at the line of A's op whose value it changed stands further back.
         made_b = next((m for m in reversed(b_side.walk_back(tb)) if m.only_b and not m.moves

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     fallback_random = {"auto": None, "on": True, "off": False}[options.fallback_random]
 
     sys.argv = [script, *script_args]
-    materialize = contextlib.nullcontext()
+    materialize: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if options.materialize:
         from tracediff.record.materialize import materialize_all
 

@@ -15,14 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tracediff.errors import ExitCode, Interrupted, UserError
+from tracediff.errors import Interrupted, UserError
 from tracediff.outcome import RunResult
 from tracediff.outputs import ensure_dir
-
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
 TAIL_LINES = 6

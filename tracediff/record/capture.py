@@ -29,12 +29,6 @@ class OutputRef:
     position: int | None
 
 
-def _qualified_name(func: Any) -> str:
-    """`aten.cos.default`: the torch.ops path of an OpOverload."""
-    namespace, name = func._schema.name.split("::")
-    return f"{namespace}.{name}.{func._overloadname or 'default'}"
-
-
 class ArgumentCapture:
     """Clones the arguments of the ops recorded at `indices`; `save` writes them with torch.save."""
 
@@ -58,7 +52,8 @@ class ArgumentCapture:
         return t.detach().clone()
 
     def add(self, index: int, func: Any, args: Any, kwargs: Any, result: Any) -> None:
-        self.ops.append({"index": index, "op": _qualified_name(func), "args": args, "kwargs": kwargs})
+        # str(OpOverload): `aten.cos.default`, its torch.ops path, which the repro script calls
+        self.ops.append({"index": index, "op": str(func), "args": args, "kwargs": kwargs})
         outputs = [(None, result)] if isinstance(result, torch.Tensor) else (
             list(enumerate(result)) if isinstance(result, (list, tuple)) else [])
         for position, value in outputs:

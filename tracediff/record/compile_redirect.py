@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -35,14 +36,14 @@ class CompileRedirect:
         self._original: Callable[..., Any] | None = None
         self._region_calls: dict[int, int] = {}
 
-    def __enter__(self) -> "CompileRedirect":
+    def __enter__(self) -> CompileRedirect:
         self._original = torch.compile
-        torch.compile = self.compile  # type: ignore[assignment]
+        torch.compile = self.compile
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._original is not None:
-            torch.compile = self._original  # type: ignore[assignment]
+            torch.compile = self._original
 
     def compile(self, model: Any = None, **kwargs: Any) -> Any:
         """Stands in for torch.compile with the same signature."""

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from tracediff.record.fingerprint import SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
+from tracediff.trace.schema import Fingerprint
 
 # Fingerprints per batch (one device buffer, one host read) and batches read at most
 # this late: bounds the records held back in memory, and how often the CPU waits.
@@ -45,7 +47,7 @@ class _Sealed:
 
     event: Any  # torch.cuda.Event recorded after the copy; None for CPU tensors
     host: torch.Tensor  # [rows, _STATS] float64, pinned
-    slots: list[tuple[dict[str, Any], int]]  # (placeholder, element count) per row
+    slots: list[tuple[Fingerprint, int]]  # (placeholder, element count) per row
 
 
 def _torch_partials(x: torch.Tensor, row: torch.Tensor) -> None:
@@ -100,14 +102,14 @@ class DeviceFingerprints:
         self._launch = _kernel_launcher()
         self._partials: torch.Tensor | None = None  # [batch, programs, _STATS] float64, zeros
         self._device: torch.device | None = None
-        self._slots: list[tuple[dict[str, Any], int]] = []
+        self._slots: list[tuple[Fingerprint, int]] = []
         self._sealed: deque[_Sealed] = deque()
 
     @property
     def uses_triton(self) -> bool:
         return self._launch is not None
 
-    def submit(self, t: torch.Tensor) -> dict[str, Any]:
+    def submit(self, t: torch.Tensor) -> Fingerprint:
         """Start `t`'s fingerprint on its device (work queued on the current stream);
         the returned dict is filled when the batch is read (an empty tensor's at once)."""
         with torch.no_grad():
@@ -126,7 +128,7 @@ class DeviceFingerprints:
                 self._launch(x, self._partials, slot)
             else:
                 _torch_partials(x.reshape(-1), self._partials[slot])
-        placeholder: dict[str, Any] = {}
+        placeholder: Fingerprint = {}  # filled in place when the batch is read
         self._slots.append((placeholder, n))
         self.submitted += 1
         if len(self._slots) == self.batch:

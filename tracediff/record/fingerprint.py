@@ -37,10 +37,11 @@ import ctypes
 import functools
 import hashlib
 import math
-from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+
+from tracediff.trace.schema import Fingerprint
 
 FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n", "sk")
 # The sketch's signs repeat with this (prime) period: one table of signs serves every size, and
@@ -110,16 +111,16 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64
 
 
-def from_stats(stats: list[float], n: int) -> dict[str, Any]:
+def from_stats(stats: list[float], n: int) -> Fingerprint:
     """A fingerprint from [sum, l1, sum of squares, max, nan, inf, *sketch] over the finite elements."""
-    fp = {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
+    fp: Fingerprint = {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
           "nan": int(stats[4]), "inf": int(stats[5]), "n": n}
     if len(stats) == 6 + SKETCH_WIDTH:
         fp["sk"] = [float(v) for v in stats[6:]]
     return fp
 
 
-def empty_fingerprint() -> dict[str, Any]:
+def empty_fingerprint() -> Fingerprint:
     return {"sum": 0.0, "l1": 0.0, "l2": 0.0, "max": 0.0, "nan": 0, "inf": 0, "n": 0, "sk": [0.0] * SKETCH_WIDTH}
 
 
@@ -132,14 +133,14 @@ def is_zero_tensor(t: torch.Tensor) -> bool:
     return t._is_zerotensor()
 
 
-def zero_fingerprint(t: torch.Tensor) -> dict[str, Any]:
+def zero_fingerprint(t: torch.Tensor) -> Fingerprint:
     """The fingerprint of `t`'s value if it were all zeros, computed without reading it."""
     fp = empty_fingerprint()
     fp["n"] = t.numel() * (2 if t.is_complex() else 1)
     return fp
 
 
-def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
+def fingerprint(t: torch.Tensor, exact: bool = False) -> Fingerprint | None:
     """Fingerprint of one tensor, read on the host (one `.tolist()`), or None when
     it has no data to read.
 
@@ -174,7 +175,7 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> dict[str, Any] | None:
     return fp
 
 
-def _nonfinite_fingerprint(x: torch.Tensor) -> dict[str, Any]:
+def _nonfinite_fingerprint(x: torch.Tensor) -> Fingerprint:
     """Statistics over the finite elements of float64 `x`, with NaN and Inf counted."""
     nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
     finite = x[torch.isfinite(x)]

@@ -24,7 +24,7 @@ from tracediff.record.mode import TraceRecorder
 from tracediff.trace.writer import TraceWriter
 
 
-def _after_fork_in_child(guard_ref: "weakref.ref[ForkGuard]") -> None:
+def _after_fork_in_child(guard_ref: weakref.ref[ForkGuard]) -> None:
     guard = guard_ref()
     if guard is not None:
         guard.after_fork_in_child()
@@ -41,7 +41,7 @@ class ForkGuard:
         self._in_child = False
         self._pipe: tuple[int, int] | None = None  # (read end, write end), both non-blocking
 
-    def __enter__(self) -> "ForkGuard":
+    def __enter__(self) -> ForkGuard:
         read, write = os.pipe()
         os.set_blocking(read, False)
         os.set_blocking(write, False)  # a full pipe drops a count rather than block a child

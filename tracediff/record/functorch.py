@@ -18,7 +18,7 @@ them (as torch's own meta-tensor conversion does).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 

@@ -24,15 +24,18 @@ strings; debug._pre_grad_graph_id; compile_fx.compile_fx (and _maybe_wrap_and_co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import linecache
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tracediff.op_names import from_target
 from tracediff.record.source import FusedSource, SourceLocation, clean_fx_module_path
 
 if TYPE_CHECKING:
@@ -70,7 +73,7 @@ class FusedOp:
         import os
 
         module = ".".join(p for p in (root, self.module) if p) or None
-        record = {
+        record: dict[str, Any] = {
             "node": self.node,
             "op": self.op,
             "src": f"{os.path.basename(self.path)}:{self.line}" if self.path else None,
@@ -99,13 +102,6 @@ class GraphKernels:
         return handles[0] if len(handles) == 1 else []
 
 
-def _aten_name(target: str) -> str:
-    """`aten.sin.default` -> `aten::sin`; `aten.add.Tensor` -> `aten::add.Tensor`."""
-    namespace, _, rest = target.partition(".")
-    name, _, overload = rest.partition(".")
-    return f"{namespace}::{name}" + ("" if overload in ("", "default") else f".{overload}")
-
-
 def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | None]]:
     """Post-grad node name -> (aten op, source path, line), in graph order."""
     nodes: dict[str, tuple[str, str | None, int | None]] = {}
@@ -118,7 +114,7 @@ def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | N
             continue
         match = _POST_GRAD_CALL.match(row)
         if match:
-            nodes[match.group(1)] = (_aten_name(match.group(2)), path, line)
+            nodes[match.group(1)] = (from_target(match.group(2)), path, line)
         elif not row.strip():
             path, line = None, None
     return nodes
@@ -204,23 +200,28 @@ def build_graph_kernels(compiled: Any, pre_grad_meta: dict[str, dict[str, Any]])
 class KernelCapture:
     """While active, every inductor kernel launch becomes a `kernel` record of `recorder`."""
 
-    def __init__(self, recorder: "TraceRecorder") -> None:
+    def __init__(self, recorder: TraceRecorder) -> None:
         self.recorder = recorder
         self._pre_grad_stack: list[dict[str, dict[str, Any]]] = []
         self._triton: dict[int, tuple[GraphKernels, str]] = {}  # id(CachingAutotuner) -> (graph, name)
-        self._restore: list[Callable[[], None]] = []
+        self._restores = contextlib.ExitStack()  # undoes each patch, last first
 
     # -- installing the hooks --------------------------------------------------------
 
-    def __enter__(self) -> "KernelCapture":
+    def __enter__(self) -> KernelCapture:
         import torch._inductor.compile_fx as compile_fx_module
         import torch._inductor.config as inductor_config
         from torch._inductor import output_code
 
-        level = inductor_config.trace.provenance_tracking_level
-        inductor_config.trace.provenance_tracking_level = 1
-        self._restore.append(lambda: setattr(inductor_config.trace, "provenance_tracking_level", level))
-        self._keep_backward_provenance()
+        with contextlib.ExitStack() as restores:  # a failure half-way undoes what was patched
+            self._restores = restores
+            self._set(inductor_config.trace, "provenance_tracking_level", 1)
+            self._keep_backward_provenance()
+            self._install(compile_fx_module, output_code)
+            self._restores = restores.pop_all()
+        return self
+
+    def _install(self, compile_fx_module: Any, output_code: Any) -> None:
         self._patch(compile_fx_module, "compile_fx", self._wrap_compile_fx)
         # A custom backend that imported compile_fx before the patch calls the original, which
         # looks this one up at call time: wrapped too, so its kernels get module paths as well.
@@ -233,11 +234,9 @@ class KernelCapture:
             pass
         else:
             self._patch(CachingAutotuner, "run", self._wrap_triton_run)
-        return self
 
     def __exit__(self, *exc: Any) -> None:
-        while self._restore:
-            self._restore.pop()()
+        self._restores.close()
 
     def _keep_backward_provenance(self) -> None:
         """Let a backward graph compiled on the first `backward()` keep its kernel provenance.
@@ -252,14 +251,17 @@ class KernelCapture:
 
         if getattr(inductor_debug, "_pre_grad_graph_id", 0):  # set already, or a torch without it
             return
-        previous = inductor_debug._pre_grad_graph_id
-        inductor_debug._pre_grad_graph_id = _BACKWARD_GRAPH_ID
-        self._restore.append(lambda: setattr(inductor_debug, "_pre_grad_graph_id", previous))
+        self._set(inductor_debug, "_pre_grad_graph_id", _BACKWARD_GRAPH_ID)
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self._restores.callback(setattr, owner, name, getattr(owner, name))
+        setattr(owner, name, value)
 
     def _patch(self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        # The class's own attribute (a function), not the bound or inherited one `getattr` gives.
         original = owner.__dict__[name] if name in getattr(owner, "__dict__", {}) else getattr(owner, name)
+        self._restores.callback(setattr, owner, name, original)
         setattr(owner, name, make(getattr(owner, name)))
-        self._restore.append(lambda: setattr(owner, name, original))
 
     def _wrap_compile_fx(self, original: Callable[..., Any]) -> Callable[..., Any]:
         capture = self

@@ -20,7 +20,8 @@ CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM (tests/test_torch_pins.py).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _KNOBS = {
     "max_fusion_size": 1,
@@ -48,7 +49,7 @@ def materialize_all() -> Iterator[None]:
         return result
 
     original_max_args = CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM
-    GraphLowering.run_node = run_node  # type: ignore[method-assign]
+    GraphLowering.run_node = run_node  # type: ignore[method-assign,assignment]
     CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM = 0
     try:
         with inductor_config.patch(_KNOBS):

@@ -15,8 +15,9 @@ import sys
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -27,13 +28,14 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
 from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
 from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
 from tracediff.trace.writer import TraceWriter
 
 # Ops that mark profiler ranges or are tracediff's own bookkeeping, not computation.
@@ -51,14 +53,6 @@ _REORDERING_VIEWS = frozenset(
     {"aten::t", "aten::transpose", "aten::permute", "aten::numpy_T", "aten::mT", "aten::mH", "aten::adjoint"}
 )
 
-# Ops whose outputs are uninitialized memory: their values differ run to run by
-# design, so they are marked and never compared; a later op that *reads* them
-# before writing is what a nondeterminism report points at.
-UNINITIALIZED_OUTPUT_OPS = _UNINITIALIZED_OUTPUT_OPS = frozenset(
-    {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-     "aten::empty_permuted"}
-)
-
 # Outputs that are a kernel's private scratch, kept for its backward: an RNN's
 # workspace/reserve (`mkldnn_rnn_layer`'s output 3, `_cudnn_rnn`'s and
 # `miopen_rnn`'s output 3). Parts of it are never written, so its bytes differ run
@@ -68,13 +62,6 @@ _SCRATCH_OUTPUTS: dict[str, frozenset[str]] = {
     "aten::_cudnn_rnn": frozenset({"3"}),
     "aten::miopen_rnn": frozenset({"3"}),
 }
-
-
-def op_name(func: Any) -> str:
-    """`aten::cos` for a default overload, `aten::addmm.out` otherwise."""
-    schema_name = func._schema.name  # "aten::addmm"
-    overload = func._overloadname
-    return schema_name if overload in ("default", "") else f"{schema_name}.{overload}"
 
 
 def _is_fake_context(args: Iterable[Any]) -> bool:
@@ -110,12 +97,12 @@ class _OpInfo:
     aliases_storage: bool  # returns its input's storage and version counter without being a view (detach)
 
     @classmethod
-    def of(cls, func: Any) -> "_OpInfo":
+    def of(cls, func: Any) -> _OpInfo:
         arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
         schema_name = func._schema.name
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
                    schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
-                   schema_name in _UNINITIALIZED_OUTPUT_OPS,
+                   schema_name in UNINITIALIZED_OUTPUT_OPS,
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES)
 
 
@@ -287,8 +274,9 @@ class TraceRecorder(TorchDispatchMode):
         """The tensor whose storage and version counter `t` shares (a view's base, what a `detach` or
         `alias` result was made from; None for a tensor of its own, or one whose owner died: it still
         shares the counter) and the entry keeping that storage's id and the writes its counter missed."""
-        if t._is_view():
-            return t._base, self._entry(t._base)
+        base = t._base
+        if t._is_view() and base is not None:
+            return base, self._entry(base)
         owner, owner_entry = _alias_owner(entry)
         return owner, entry if owner_entry is None else owner_entry
 
@@ -341,7 +329,7 @@ class TraceRecorder(TorchDispatchMode):
                 entry[4] = (seen[1], seen[2])
                 entry[1] = None  # its versions count on the owner's storage from now on: fingerprint anew
 
-    def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
+    def _fingerprint(self, t: torch.Tensor) -> Fingerprint | None:
         """On the host, or for a CUDA tensor a placeholder filled when its batch is read
         (exact mode hashes bytes on the host, so it reads CUDA tensors at once)."""
         try:
@@ -582,7 +570,7 @@ class TraceRecorder(TorchDispatchMode):
 
     # -- lifetime ------------------------------------------------------------------
 
-    def __enter__(self) -> "TraceRecorder":
+    def __enter__(self) -> TraceRecorder:
         self._thread = threading.get_ident()
         self.modules.__enter__()
         return super().__enter__()

@@ -114,7 +114,7 @@ class ModuleStack:
     def in_backward(self) -> bool:
         return torch._C._current_autograd_node() is not None
 
-    def __enter__(self) -> "ModuleStack":
+    def __enter__(self) -> ModuleStack:
         from torch.nn.modules import module as module_hooks
 
         self._thread = threading.get_ident()

@@ -6,6 +6,7 @@ Used in-process by `tracediff.record(...)` and by the child process that
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
@@ -15,9 +16,10 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -28,6 +30,7 @@ from tracediff.record.fingerprint import FINGERPRINT_KINDS
 from tracediff.record.fork import ForkGuard
 from tracediff.record.kernels import KernelCapture
 from tracediff.record.mode import TraceRecorder
+from tracediff.trace.schema import Footer, Header, ScriptError
 from tracediff.trace.writer import TraceWriter
 
 
@@ -105,11 +108,11 @@ class RecordingSession:
         self.redirect: CompileRedirect | None = None
         self.kernels: KernelCapture | None = None
         self.forks: ForkGuard | None = None
-        self._restore_fallback_random: bool | None = None
+        self._exits = contextlib.ExitStack()
         self._started = 0.0
         self._warnings = warnings.catch_warnings()
 
-    def _header(self) -> dict[str, Any]:
+    def _header(self) -> Header:
         return {
             "tracediff": package_version(),
             "torch": torch.__version__,
@@ -131,49 +134,46 @@ class RecordingSession:
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
 
-    def __enter__(self) -> "RecordingSession":
+    def __enter__(self) -> RecordingSession:
         import torch._inductor.config as inductor_config
 
         if self.seed is not None:
             seed_everything(self.seed)
-        self._restore_fallback_random = inductor_config.fallback_random
-        inductor_config.fallback_random = self.fallback_random
-        self.writer = TraceWriter(self.path, self._header())
-        self.recorder = self.recorder_factory(self.writer, self.exact)
-        self.redirect = CompileRedirect(self.backend, self.recorder)
-        self.kernels = KernelCapture(self.recorder)
-        self.forks = ForkGuard(self.recorder, self.writer)
-        self.forks.__enter__()
-        self.kernels.__enter__()
-        self._warnings.__enter__()
-        # Our module tracker's global hooks make torch warn about compiled modules;
-        # compile_redirect handles OptimizedModule itself, so the warning is noise.
-        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
-        self.redirect.__enter__()
-        self.recorder.__enter__()
+        # Entered in order and left in reverse, also when entering fails half-way: the footer last.
+        with contextlib.ExitStack() as stack:
+            restore_fallback_random = inductor_config.fallback_random
+            inductor_config.fallback_random = self.fallback_random
+            stack.callback(setattr, inductor_config, "fallback_random", restore_fallback_random)
+            self.writer = TraceWriter(self.path, self._header())
+            self.recorder = self.recorder_factory(self.writer, self.exact)
+            self.redirect = CompileRedirect(self.backend, self.recorder)
+            self.kernels = KernelCapture(self.recorder)
+            self.forks = ForkGuard(self.recorder, self.writer)
+            stack.push(self._close_with_footer)
+            stack.enter_context(self.forks)  # left before the footer: it counts the children
+            stack.callback(self.recorder.finish)  # records held for device fingerprints, also when the script raised
+            stack.enter_context(self.kernels)
+            stack.enter_context(self._warnings)
+            # Our module tracker's global hooks make torch warn about compiled modules;
+            # compile_redirect handles OptimizedModule itself, so the warning is noise.
+            warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+            stack.enter_context(self.redirect)
+            stack.enter_context(self.recorder)
+            self._exits = stack.pop_all()
         self._started = time.perf_counter()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        import torch._inductor.config as inductor_config
+        self._exits.__exit__(exc_type, exc, tb)
 
-        assert self.writer and self.recorder and self.redirect and self.kernels and self.forks
-        try:
-            self.recorder.__exit__(exc_type, exc, tb)
-        finally:
-            self.kernels.__exit__(exc_type, exc, tb)
-            self.redirect.__exit__(exc_type, exc, tb)
-            self._warnings.__exit__(exc_type, exc, tb)
-            inductor_config.fallback_random = self._restore_fallback_random
-            try:
-                self.recorder.finish()  # records held for device fingerprints, also when the script raised
-            finally:
-                self.forks.__exit__(exc_type, exc, tb)  # counts the children before the footer
-                self.writer.close(self.footer(exc))
+    def _close_with_footer(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                           tb: TracebackType | None) -> None:
+        assert self.writer is not None
+        self.writer.close(self.footer(exc))
 
-    def footer(self, exc: BaseException | None) -> dict[str, Any]:
+    def footer(self, exc: BaseException | None) -> Footer:
         assert self.recorder and self.redirect and self.forks
-        error = None
+        error: ScriptError | None = None
         if exc is not None and not _is_clean_exit(exc):
             error = {
                 "type": type(exc).__name__,

@@ -14,9 +14,10 @@ import linecache
 import os
 import re
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

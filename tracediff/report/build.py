@@ -9,13 +9,14 @@ JSON contract of DESIGN.md (`verdict`, `exit_code`, `traces`,
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tracediff.config import Config
+from tracediff.diff.compare import TensorDiff
 from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import Place, draws_random
-from tracediff.diff.compare import TensorDiff
 from tracediff.diff.verdict import DiffResult, Divergence
 from tracediff.errors import ExitCode
 from tracediff.outcome import RunResult
@@ -145,8 +146,9 @@ def build_report(
         notes.append(f"{first.a.op} draws random numbers (dropout, sampling): its outputs "
                      "may differ because the two runs drew different ones (a compiled graph may consume the generator "
                      "in another order); check whether it repeats with dropout off (model.eval()) or p=0")
-    if first is None and result.amplified is not None and result.amplified.note():
-        notes.append(result.amplified.note())
+    amplified_note = result.amplified.note() if first is None and result.amplified is not None else None
+    if amplified_note:
+        notes.append(amplified_note)
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
     children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracediff.diff.place import draws_random
-from tracediff.diff.skeleton import base_op
+from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, base_op, packet
 
 # Base names of aten ops that torch documents as nondeterministic on CUDA
 # (`torch.use_deterministic_algorithms` docstring, torch 2.13): atomics in
@@ -52,9 +52,7 @@ DETERMINISTIC_ALGORITHMS = ("call torch.use_deterministic_algorithms(True) at th
 
 
 def _is_uninitialized_op(op: str) -> bool:
-    from tracediff.record.mode import UNINITIALIZED_OUTPUT_OPS
-
-    return op.split(".", 1)[0] in UNINITIALIZED_OUTPUT_OPS
+    return packet(op) in UNINITIALIZED_OUTPUT_OPS
 
 
 def _where(place: dict[str, Any]) -> str:

@@ -8,8 +8,9 @@ usage error (exit 2): a CI job that asked for it would otherwise miss it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError

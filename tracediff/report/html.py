@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tracediff.diff.sample import AGREE, DIFFER, ONLY_A, ONLY_B, UNCHECKED
 from tracediff.report.text import narrowing_outcome
@@ -352,12 +353,12 @@ def plot_svg(points: list[tuple[int, float]], x_max: int, first_index: int | Non
                    'stroke-dasharray="6 4"/>')
         out.append(f'<text x="{_L + inner_w - 4}" y="{y - 4:.1f}" text-anchor="end">float32 rtol {rtol:g}</text>')
     if first_index is not None and first_index >= 0:
-        x = sx(first_index)
-        out.append(f'<line id="divergence-marker" x1="{x:.1f}" x2="{x:.1f}" y1="{_T}" y2="{_T + inner_h}" '
+        marker = sx(first_index)
+        out.append(f'<line id="divergence-marker" x1="{marker:.1f}" x2="{marker:.1f}" y1="{_T}" y2="{_T + inner_h}" '
                    'stroke="#c62828" stroke-width="2" stroke-dasharray="4 3"/>')
-        anchor = "end" if x > _L + inner_w * 0.7 else "start"
+        anchor = "end" if marker > _L + inner_w * 0.7 else "start"
         dx = -6 if anchor == "end" else 6
-        out.append(f'<text x="{x + dx:.1f}" y="{_T + 14}" text-anchor="{anchor}" style="fill:#c62828">'
+        out.append(f'<text x="{marker + dx:.1f}" y="{_T + 14}" text-anchor="{anchor}" style="fill:#c62828">'
                    f'first divergence #{first_index} {_e(first_op)}</text>')
     coords = [(sx(x), sy(y), x, y) for x, y in points]
     path = " ".join(f"{px:.1f},{py:.1f}" for px, py, _, _ in coords)

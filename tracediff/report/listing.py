@@ -19,13 +19,14 @@ from __future__ import annotations
 import shlex
 import sys
 import types
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
+from tracediff.diff.compare import has_nonfinite
 from tracediff.errors import UserError
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
-from tracediff.diff.compare import has_nonfinite
 
 _DTYPE_SHORT: Mapping[str, str] = types.MappingProxyType(
     {

@@ -7,8 +7,9 @@ check that a run stays finite.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tracediff.diff.nan import NanScan, scan
 from tracediff.errors import ExitCode

@@ -18,10 +18,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map_only
@@ -29,10 +30,10 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.errors import ExitCode, Interrupted, UserError, interrupt_keeps
+from tracediff.launch.launcher import record_in_subprocess
 from tracediff.outputs import ensure_dir
 from tracediff.record.capture import CAPTURE_FORMAT, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script
-from tracediff.launch.launcher import record_in_subprocess
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import OP
 

@@ -22,19 +22,20 @@ kernel per op (record/materialize) and diff again:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.fusion import PRECISION, WRONG_RESULT, FusionEffect, judge_divergence
 from tracediff.diff.precision import preserves_values
 from tracediff.errors import TraceFormatError
-from tracediff.report.build import build_report
 from tracediff.launch.launcher import record_in_subprocess, trace_name
 from tracediff.outcome import RunResult
+from tracediff.report.build import build_report
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import KERNEL
 
@@ -188,9 +189,9 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         assert outcome.pinned is not None
         pinned = outcome.pinned
         narrowing.update(pinned_by=outcome.pinned_by, unfused_candidates=found.get("candidates"))
-        record = records.get(pinned["index"], {})
+        pinned_record = records.get(pinned["index"], {})
         narrowed = dict(found, **{k: pinned.get(k) for k in ("op", "index", "source", "module", "code")},
-                        path=record.get("path", found.get("path")), candidates=[pinned], pinned_by=outcome.pinned_by,
+                        path=pinned_record.get("path", found.get("path")), candidates=[pinned], pinned_by=outcome.pinned_by,
                         narrowing=narrowing)
         if outcome.result == "earlier":
             narrowed["note"] = (f"with one kernel per op the difference shows earlier, at {pinned['op']}: the fused "
@@ -210,9 +211,9 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         # last of them (as a fused verdict names the last op of its kernel).
         kept = [c for c in found.get("candidates") or [] if c["index"] in outcome.computing]
         named = next((c for c in kept if c["index"] == found["index"]), kept[-1])
-        record = records.get(named["index"], {})
+        named_record = records.get(named["index"], {})
         narrowed = dict(found, **{k: named.get(k) for k in ("op", "index", "source", "module", "code")},
-                        path=record.get("path", found.get("path")), candidates=kept, narrowing=narrowing,
+                        path=named_record.get("path", found.get("path")), candidates=kept, narrowing=narrowing,
                         note=(f"with one kernel per op the difference shows at {found['op']} ({found['source']}); "
                               f"{len(kept)} computing ops are candidates of both runs"))
         return dict(report, first_divergence=narrowed)

@@ -6,21 +6,22 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError, interrupt_keeps
+from tracediff.launch.launcher import check_script, new_run_dir, record_in_subprocess, trace_name
+from tracediff.outcome import RunResult
 from tracediff.record.backends import resolve_backend
 from tracediff.report import determinism
 from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.text import render_text
 from tracediff.run import backend_source
 from tracediff.run.narrow import narrow, needs_narrowing
-from tracediff.launch.launcher import check_script, new_run_dir, record_in_subprocess, trace_name
-from tracediff.outcome import RunResult
 
 
 def parse_backends(text: str, script: str, allow_one: bool = False) -> list[str]:
@@ -165,7 +166,6 @@ def bisect_script(
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
     """Diff eager against `backend`; if they diverge, bisect the compiler stage responsible."""
-    from tracediff.bisect.compiler import bisect_report, run_bisection
 
     report = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
     if report["verdict"] == "match":

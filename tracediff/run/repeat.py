@@ -10,14 +10,15 @@ Every comparison is summarized under `repeat`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tracediff.config import Config
 from tracediff.errors import interrupt_keeps
-from tracediff.report.text import describe_comparison
 from tracediff.launch.launcher import check_script, new_run_dir, trace_name
 from tracediff.outcome import RunResult
+from tracediff.report.text import describe_comparison
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.pipeline import compare_runs, record_run, write_report
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
 
 import orjson
-from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
 
 from tracediff.errors import TraceFormatError
 from tracediff.trace.schema import FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
@@ -36,7 +37,7 @@ def _open_text(path: Path) -> IO[str]:
         magic = probe.read(2)
     if magic == _GZIP_MAGIC:
         return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-    return open(path, "r", encoding="utf-8", errors="strict")
+    return open(path, encoding="utf-8", errors="strict")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:

@@ -48,6 +48,8 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
 
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 SCHEMA_VERSION = 2
 
 HEADER = "header"
@@ -57,3 +59,129 @@ REGION = "region"
 KERNEL = "kernel"
 
 RECORD_TYPES = frozenset({OP, REGION, KERNEL})
+
+
+# The records as types: for readers of the code and for mypy. At run time records stay plain dicts (a
+# TypedDict is one), built and read by key; `total=False` keys are written only where they apply.
+
+class Fingerprint(TypedDict, total=False):
+    """Statistics of a tensor's finite elements (record/fingerprint.py)."""
+
+    sum: float
+    l1: float
+    l2: float  # the Euclidean norm
+    max: float  # max |x|
+    nan: int
+    inf: int
+    n: int  # elements
+    sk: list[float]  # the sketch: SKETCH_WIDTH signed sums, whose difference estimates an L2 distance
+    hash: str  # `--exact` only: a hash of the bytes
+
+
+class Tensor(TypedDict, total=False):
+    a: str  # the argument's name (an output: its position)
+    id: int  # stable for one tensor object within a trace
+    v: int | None  # its version counter
+    dt: str  # "float32"
+    sh: list[int]
+    dev: str  # "cpu", "cuda:0"
+    fp: Fingerprint | None  # None: not fingerprinted (no data, or an unread write)
+    b: int  # a view's base id
+    unread: bool  # written in place and not returned
+    uninit: bool  # uninitialized memory (`empty`) or a kernel's scratch: never compared
+    ft: int  # a torch.func wrapper's level
+
+
+class FusedOp(TypedDict, total=False):
+    """One aten op inside a generated kernel."""
+
+    node: str
+    op: str
+    src: str | None
+    path: str | None
+    m: str | None
+    nfs: bool
+
+
+class OpRecord(TypedDict, total=False):
+    t: str  # OP
+    i: int
+    op: str  # "aten::cos", "aten::addmm.out" (op_names.op_name)
+    d: int  # depth: modules plus compiled regions entered
+    m: str | None  # module path
+    src: str  # "model.py:42"
+    path: str
+    code: str
+    g: str  # the compiled graph it ran in
+    bw: bool  # run by autograd's backward
+    nfs: bool  # a scalar argument is NaN/Inf (a mask)
+    # "in"/"out" (keywords in Python): list[Tensor]
+
+
+class KernelRecord(TypedDict, total=False):
+    t: str  # KERNEL
+    i: int
+    name: str  # "cpp_fused_cos_sin_0"
+    site: str | None
+    g: str
+    d: int
+    m: str | None
+    src: str
+    path: str
+    code: str
+    fuses: list[FusedOp]
+    bw: bool
+
+
+class RegionRecord(TypedDict, total=False):
+    t: str  # REGION
+    i: int
+    ev: str  # "enter" | "exit"
+    name: str  # "Net.forward"
+    r: int  # region number
+    call: int
+    d: int
+    m: str | None
+
+
+class Header(TypedDict, total=False):
+    t: str  # HEADER
+    schema: int
+    tracediff: str
+    torch: str
+    python: str
+    platform: str
+    host: str
+    device: str
+    backend: str
+    command: list[str]
+    cwd: str
+    seed: int | None
+    fingerprint: list[str]
+    exact: bool
+    materialized: bool
+    upcast: str | None  # "float64": a run recorded with every float op upcast (record/upcast.py)
+    settings: dict[str, Any]
+    rank: int
+    world_size: int
+    started: str
+
+
+class ScriptError(TypedDict):
+    type: str
+    message: str
+    traceback: str
+
+
+class Footer(TypedDict, total=False):
+    t: str  # FOOTER
+    complete: bool
+    records: int
+    ops: int
+    kernels: int
+    compile_calls: int
+    dropped_compile_options: list[str]
+    elapsed_s: float
+    child_processes: int
+    error: ScriptError | None
+    local_modules: list[dict[str, str]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,7 +34,7 @@ _NULL_STATISTICS = (b'"sum":null', b'"l1":null', b'"l2":null', b'"max":null')
 class TraceWriter:
     """Writes a header, then records as they come, then a footer on close."""
 
-    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+    def __init__(self, path: str | os.PathLike[str], header: Mapping[str, Any]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _open_for_write(self.path)
@@ -65,7 +66,7 @@ class TraceWriter:
         self._file.flush()
         self._unflushed = 0
 
-    def close(self, footer: dict[str, Any] | None = None) -> None:
+    def close(self, footer: Mapping[str, Any] | None = None) -> None:
         """Write the footer (marks the file complete) and close."""
         if self._file.closed:
             return
