@@ -28,15 +28,15 @@ def _peak_rss_mib() -> float:
 
 def child(a: str, b: str, html: bool) -> None:
     from tracediff.config import Config
+    from tracediff.diff.decide import decide
     from tracediff.diff.engine import diff_traces
     from tracediff.diff.sample import AlignmentSample
-    from tracediff.report.build import build_report
     from tracediff.report.html import render_html
 
     t0 = time.perf_counter()
     sample = AlignmentSample() if html else None
     result = diff_traces(a, b, Config(), sample=sample)
-    report = build_report(result, [a, b], Config())
+    report = decide(result, [a, b], Config()).to_json()
     page = render_html(report, sample.as_dict()) if sample is not None else ""
     out = {"wall_s": time.perf_counter() - t0, "rss_peak_mib": _peak_rss_mib(), "html_bytes": len(page.encode()),
            "verdict": report["verdict"]}

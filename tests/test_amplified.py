@@ -15,8 +15,8 @@ import torch
 
 from tests.synth import TraceBuilder
 from tracediff.config import Config
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
-from tracediff.report.build import build_report
 
 X = torch.linspace(-1, 1, 32).reshape(2, 16)
 W = torch.linspace(0.5, 1.5, 256).reshape(16, 16)
@@ -25,7 +25,7 @@ LR = 0.1  # large, so that the amplified noise shows beyond the tolerance in wha
 
 def _report(a: Path, b: Path) -> dict:
     config = Config()
-    return build_report(diff_traces(a, b, config), [str(a), str(b)], config)
+    return decide(diff_traces(a, b, config), [str(a), str(b)], config).to_json()
 
 
 def _exp_avg(seed: int, near_zero_only: bool) -> torch.Tensor:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import marker_line
-from tracediff.report.determinism import determinism_advice
+from tracediff.diff.determinism import determinism_advice
+from tracediff.outcome import Cause, Divergence
 
 
-def _first(op: str, **extra: object) -> dict:
-    return {"op": op, "index": 3, "source": "m.py:7", "module": "Net", "candidates": [], "inputs_agree": True,
-            "note": "inputs agree, outputs differ", **extra}
+def _first(op: str, cause: Cause = Cause.OUTPUT, **extra: object) -> Divergence:
+    return Divergence.from_json({"kind": "output", "op": op, "index": 3, "source": "m.py:7", "module": "Net",
+                                 "candidates": [], "inputs_agree": True, "note": "inputs agree, outputs differ",
+                                 **extra}, cause)
 
 
 @pytest.mark.parametrize(
@@ -23,13 +25,12 @@ def _first(op: str, **extra: object) -> dict:
         (_first("aten::bernoulli_.float"), "random", "generator"),
         (_first("aten::index_add_"), "nondeterministic_algorithm", "torch.use_deterministic_algorithms(True)"),
         (_first("aten::scatter_add.default"), "nondeterministic_algorithm", "CUBLAS_WORKSPACE_CONFIG"),
-        (_first("aten::mul.Tensor", inputs_agree=False,
-                note="its input 'self' already differs and no recorded op of A produced it: a program input ..."),
-         "input", "outside torch's seeded generator"),
+        (_first("aten::mul.Tensor", Cause.PROGRAM_INPUT, inputs_agree=False), "input",
+         "outside torch's seeded generator"),
         (_first("aten::cos"), "nondeterministic_kernel", "use_deterministic_algorithms"),
     ],
 )
-def test_advice_fits_the_first_differing_op(first: dict, cause: str, needle: str) -> None:
+def test_advice_fits_the_first_differing_op(first: Divergence, cause: str, needle: str) -> None:
     advice = determinism_advice(first, "eager", 0)
     assert advice["cause"] == cause
     assert needle in " ".join(advice["advice"])

@@ -10,8 +10,8 @@ import torch
 from tests.conftest import FIXTURES, invoke
 from tests.synth import TraceBuilder
 from tracediff.config import Config
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import _path, diff_traces, header_differences, program_differences
-from tracediff.report.build import build_report
 from tracediff.report.text import render_text
 
 X = torch.linspace(-1, 1, 24)
@@ -57,7 +57,7 @@ def test_same_op_on_inputs_of_other_shapes_is_not_inputs_agree(tmp_path: Path) -
     a.op("aten::sum", [a.tensor("x", xa)], [a.tensor("s", xa.abs().sum(), "0")])
     b.op("aten::sum", [b.tensor("x", xb)], [b.tensor("s", xb.abs().sum(), "0")])
     config = Config()
-    report = build_report(diff_traces(a.close(), b.close(), config), ["a", "b"], config)
+    report = decide(diff_traces(a.close(), b.close(), config), ["a", "b"], config).to_json()
     first = report["first_divergence"]
     assert first is None or (first["inputs_agree"] is False and "inputs agree" not in first["note"])
 
@@ -83,7 +83,7 @@ def test_dropped_compile_options_are_noted(tmp_path: Path) -> None:
     a.close()
     b.writer.close({"ops": 1, "compile_calls": 1, "error": None, "dropped_compile_options": ["mode", "options", "mode"]})
     config = Config()
-    report = build_report(diff_traces(a.path, b.path, config), ["a", "b"], config)
+    report = decide(diff_traces(a.path, b.path, config), ["a", "b"], config).to_json()
     assert report["runs"][1]["dropped_compile_options"] == ["mode", "options"]
     assert report["runs"][0]["dropped_compile_options"] == []
     notes = [n for n in report["notes"] if "dropped" in n]

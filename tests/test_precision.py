@@ -9,16 +9,16 @@ import torch
 
 from tests.synth import TraceBuilder
 from tracediff.config import Config
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.precision import preserves_values, widens
-from tracediff.report.build import build_report
 
 X = torch.linspace(-2, 2, 64 * 32).reshape(64, 32)
 
 
 def _report(a: Path, b: Path) -> dict:
     config = Config()
-    return build_report(diff_traces(a, b, config), [str(a), str(b)], config)
+    return decide(diff_traces(a, b, config), [str(a), str(b)], config).to_json()
 
 
 def _gelu_bf16(rounding_noise: float = 0.0) -> torch.Tensor:

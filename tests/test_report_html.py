@@ -9,9 +9,9 @@ import torch
 
 from tests.synth import TraceBuilder
 from tracediff.config import Config
+from tracediff.diff.decide import decide, unreadable
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AGREE, DIFFER, AlignmentSample, Series
-from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.html import HIGHLIGHT, render_html
 
 X = torch.linspace(-1, 1, 12).reshape(3, 4)
@@ -45,7 +45,7 @@ def _page(tmp_path: Path, n_ops: int = 12, wrong_at: int | None = 5, **sample_ar
     _chain(b, n_ops, wrong_at)
     paths = [a.close(), b.close()]
     sample = AlignmentSample(**sample_args)
-    report = build_report(diff_traces(*paths, Config(), sample=sample), [str(p) for p in paths], Config())
+    report = decide(diff_traces(*paths, Config(), sample=sample), [str(p) for p in paths], Config()).to_json()
     data = sample.as_dict()
     return report, data, render_html(report, data)
 
@@ -116,7 +116,7 @@ def test_match_has_no_highlight(tmp_path: Path) -> None:
 
 
 def test_failed_run_without_traces_renders(tmp_path: Path) -> None:
-    report = failed_run_report(["a.jsonl", "b.jsonl"], [], "run A left no readable trace")
+    report = unreadable(["a.jsonl", "b.jsonl"], [], "run A left no readable trace").to_json()
     page = render_html(report, None)
     assert 'class="badge failed"' in page and "run A left no readable trace" in page
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from tests.synth import TraceBuilder
 from tests.test_report_html import _chain
 from tracediff.config import Config
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
-from tracediff.report.build import build_report
 from tracediff.report.junit import render_junit
 
 
@@ -18,7 +18,7 @@ def _report(tmp_path: Path, wrong_at: int | None) -> dict:
     _chain(a, 12, None)
     _chain(b, 12, wrong_at)
     paths = [a.close(), b.close()]
-    return build_report(diff_traces(*paths, Config()), [str(p) for p in paths], Config())
+    return decide(diff_traces(*paths, Config()), [str(p) for p in paths], Config()).to_json()
 
 
 def _case(xml: str) -> tuple[ET.Element, ET.Element]:

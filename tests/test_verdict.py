@@ -13,9 +13,9 @@ import torch
 from tests.synth import TraceBuilder
 from tracediff.config import Config
 from tracediff.diff.align import OP_TIER, SHAPE_TIER, VALUE_TIER
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import build_skeletons, diff_traces
 from tracediff.diff.verdict import find_divergence
-from tracediff.report.build import build_report
 
 X = torch.linspace(-1, 1, 12).reshape(3, 4)
 W = torch.linspace(0.5, 1.5, 16).reshape(4, 4)
@@ -23,7 +23,7 @@ W = torch.linspace(0.5, 1.5, 16).reshape(4, 4)
 
 def _report(a: Path, b: Path, config: Config | None = None) -> dict:
     config = config or Config()
-    return build_report(diff_traces(a, b, config), [str(a), str(b)], config)
+    return decide(diff_traces(a, b, config), [str(a), str(b)], config).to_json()
 
 
 def _chain(builder: TraceBuilder, wrong_cos: bool = False, fused: bool = False) -> None:
@@ -1793,8 +1793,8 @@ def _first_divergence_aligned(tmp_path: Path, build: Callable[[TraceBuilder, boo
     partner = array("q", [pairs.get(i, (-1, 0))[0] for i in range(len(skeleton_a))])
     tier = bytearray(pairs.get(i, (-1, 0))[1] for i in range(len(skeleton_a)))
     config = Config()
-    first = build_report(find_divergence(skeleton_a, skeleton_b, partner, tier, config), ["a", "b"],
-                         config)["first_divergence"]
+    first = decide(find_divergence(skeleton_a, skeleton_b, partner, tier, config), ["a", "b"],
+                   config).to_json()["first_divergence"]
     assert first is not None, "no divergence"
     return first
 

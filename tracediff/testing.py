@@ -84,9 +84,9 @@ def assert_match(
     trace_dir: where the two traces go; None: a temporary directory, removed when they match.
     On divergence or a failed run, raises AssertionError with the text report and keeps the traces.
     """
+    from tracediff.diff.decide import decide
     from tracediff.diff.engine import diff_traces
     from tracediff.launch.launcher import trace_name
-    from tracediff.report.build import build_report
     from tracediff.report.text import render_text
 
     settings = _config(config, rtol, atol)
@@ -97,7 +97,7 @@ def assert_match(
     traces = [directory / f"{trace_name('a', 'eager')}.jsonl", directory / f"{trace_name('b', resolved.name)}.jsonl"]
     record_call(traces[0], fn, args, _backend("eager"), seed)
     record_call(traces[1], fn, args, resolved, seed)
-    report = build_report(diff_traces(traces[0], traces[1], settings), [str(t) for t in traces], settings)
+    report = decide(diff_traces(traces[0], traces[1], settings), [str(t) for t in traces], settings).to_json()
     if report["verdict"] != "match":
         raise AssertionError(f"tracediff: {getattr(fn, '__qualname__', fn)} under backend {resolved.name} does not "
                              f"match eager\n\n{render_text(report)}traces kept in {directory}")

@@ -22,10 +22,10 @@ from typing import Any
 from observe import clean_results, float32_tolerance, observability
 
 from tracediff.config import Config
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
 from tracediff.outcome import RunResult
-from tracediff.report.build import build_report
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.trace.reader import Trace
 
@@ -62,7 +62,7 @@ def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:
     fused = next(run_dir.glob("b-*.jsonl"), None)
     if fused is None:
         return dict(result, outcome="failed", detail=f"no trace of the compiled run in {run_dir}")
-    report = build_report(diff_traces(reference, fused, config), [str(reference), str(fused)], config)
+    report = decide(diff_traces(reference, fused, config), [str(reference), str(fused)], config).to_json()
     if needs_narrowing(report, fused):
         # The backend as recorded (a custom backend's `module:function`), which names the narrowing's trace.
         backend = Trace(fused).header.get("backend") or result["backend"]

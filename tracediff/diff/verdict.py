@@ -79,6 +79,8 @@ class Divergence:
     may_start_earlier: bool = False
     # Placed by what B did: a record only B runs read this op's agreed value and wrote another at its line.
     changed_in_b: bool = False
+    # An input that no recorded op of A made differs: a program input, parameter or buffer made differently.
+    program_input: bool = False
 
     @property
     def rel_diff(self) -> float | None:
@@ -1281,7 +1283,7 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
     if made_a is None:
         note = (f"its input {bad.arg!r} already differs and no recorded op of A produced it: "
                 "a program input, parameter or buffer differs between the runs")
-        return Divergence(_kind(bad), seen, Place.of(rb), (seen,), bad, False, note)
+        return Divergence(_kind(bad), seen, Place.of(rb), (seen,), bad, False, note, program_input=True)
     if made_b is not None and made_b.place.index != rb["i"]:
         note = (f"the output of {made_a.op} agrees, but B changes it before {seen.op} (#{seen.index}) reads it: "
                 f"B runs {made_b.describe()} at {made_b.place.source} (#{made_b.place.index}), which A does not")

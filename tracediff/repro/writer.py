@@ -86,10 +86,10 @@ def load_divergence(paths: list[str], config: Config) -> Divergence:
         trace_a, trace_b = (_beside(Path(t), run_dir) for t in traces)
         return Divergence(report, trace_a, trace_b, run_dir)
     if len(paths) == 2:
+        from tracediff.diff.decide import decide
         from tracediff.diff.engine import diff_traces
-        from tracediff.report.build import build_report
 
-        report = build_report(diff_traces(paths[0], paths[1], config), paths, config)
+        report = decide(diff_traces(paths[0], paths[1], config), paths, config).to_json()
         return Divergence(report, Path(paths[0]), Path(paths[1]), None)
     raise UserError("tracediff repro takes a run directory or two traces (reference first)")
 

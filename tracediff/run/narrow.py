@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
+from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.fusion import PRECISION, WRONG_RESULT, FusionEffect, judge_divergence
 from tracediff.diff.precision import preserves_values
 from tracediff.errors import TraceFormatError
 from tracediff.launch.launcher import record_in_subprocess, trace_name
 from tracediff.outcome import RunResult
-from tracediff.report.build import build_report
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import KERNEL
 
@@ -165,8 +165,8 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         return _annotate(report, narrowing, f"narrowing failed ({failure}); candidates are the fused kernel's ops")
     noise_trace = (report.get("calibration") or {}).get("noise_trace")  # judged as the fused run was
     try:
-        unfused = build_report(diff_traces(runs[0].trace, trace, config, noise_trace=noise_trace),
-                               [str(runs[0].trace), str(trace)], config)
+        unfused = decide(diff_traces(runs[0].trace, trace, config, noise_trace=noise_trace),
+                               [str(runs[0].trace), str(trace)], config).to_json()
     except TraceFormatError as e:
         narrowing.update(result="failed", detail=str(e))
         return _annotate(report, narrowing, f"narrowing failed ({e})")

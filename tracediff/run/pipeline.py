@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
+from tracediff.diff.decide import decide, unreadable
+from tracediff.diff.determinism import with_advice
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError, interrupt_keeps
 from tracediff.launch.launcher import check_script, new_run_dir, record_in_subprocess, trace_name
 from tracediff.outcome import RunResult
 from tracediff.record.backends import resolve_backend
-from tracediff.report import determinism
-from tracediff.report.build import build_report, failed_run_report
 from tracediff.report.text import render_text
 from tracediff.run import backend_source
 from tracediff.run.narrow import narrow, needs_narrowing
@@ -140,16 +140,17 @@ def compare_runs(run_a: RunResult, run_b: RunResult, config: Config, echo: Calla
                  noise_trace: Path | None = None, sample: AlignmentSample | None = None) -> dict[str, Any]:
     """Diff two recorded runs into a report; two runs of one backend get determinism advice."""
     traces = [str(run_a.trace), str(run_b.trace)]
+    same_backend = run_a.backend is not None and run_a.backend == run_b.backend
     try:
         echo("tracediff: aligning and comparing the two traces" + (" (calibrated)" if noise_trace else ""))
         result = diff_traces(run_a.trace, run_b.trace, config, sample=sample, noise_trace=noise_trace)
-        report = build_report(result, traces, config, [run_a, run_b])
+        outcome = decide(result, traces, config, [run_a, run_b], determinism_check=same_backend)
     except TraceFormatError as e:
         # A run died before it wrote a readable header: nothing to compare.
-        report = failed_run_report(traces, [run_a, run_b], str(e))
-    if run_a.backend is not None and run_a.backend == run_b.backend:
-        report = determinism.annotate(report, run_a.backend, config.seed)
-    return report
+        outcome = unreadable(traces, [run_a, run_b], str(e))
+    if same_backend:
+        outcome = with_advice(outcome, str(run_a.backend), config.seed)
+    return outcome.to_json()
 
 
 def write_report(report: dict[str, Any], run_dir: Path) -> None:

@@ -13,15 +13,17 @@ differing op is:
 - an input that differs before any op ran: data loading or initialization
   outside the seeded generators.
 
-Pure: a report's `first_divergence` dict in, an advice dict out.
+Pure: an outcome in, the outcome with its `determinism` section out.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tracediff.diff.place import draws_random
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, base_op, packet
+from tracediff.outcome import Cause, Divergence, Outcome, Site
 
 # Base names of aten ops that torch documents as nondeterministic on CUDA
 # (`torch.use_deterministic_algorithms` docstring, torch 2.13): atomics in
@@ -55,60 +57,54 @@ def _is_uninitialized_op(op: str) -> bool:
     return packet(op) in UNINITIALIZED_OUTPUT_OPS
 
 
-def _where(place: dict[str, Any]) -> str:
-    return f"{place.get('source') or 'an unknown line'}" + (f" [{place['module']}]" if place.get("module") else "")
+def _where(place: Site) -> str:
+    return f"{place.source or 'an unknown line'}" + (f" [{place.module}]" if place.module else "")
 
 
-def determinism_advice(first: dict[str, Any] | None, backend: str, seed: int | None) -> dict[str, Any]:
+def determinism_advice(first: Divergence | None, backend: str, seed: int | None) -> dict[str, Any]:
     """Why two runs of `backend` may differ at `first`, and what to do; `cause` names the case."""
     if first is None:
         return {"backend": backend, "cause": None, "advice": []}
-    places = [first, *(first.get("candidates") or [])]
-    uninit = next((p for p in places if _is_uninitialized_op(p["op"])), None)
+    named = first.site
+    places = [named, *first.candidates]
+    uninit = next((p for p in places if p.op and _is_uninitialized_op(p.op)), None)
     if uninit is not None:
         return {"backend": backend, "cause": "uninitialized_memory", "advice": [
-            f"the program reads uninitialized memory from {uninit['op']} (torch.empty and friends) at "
+            f"the program reads uninitialized memory from {uninit.op} (torch.empty and friends) at "
             f"{_where(uninit)}: its contents are whatever the allocator left there, different in every run",
             "use torch.zeros / torch.full (or write every element before reading it); to find such reads, "
             "torch.use_deterministic_algorithms(True) fills new memory with NaN (floats) or the largest value "
             "(integers), so every run agrees and the garbage shows",
         ]}
-    random = next((p for p in places if draws_random(p["op"])), None)
+    random = next((p for p in places if p.op and draws_random(p.op)), None)
     if random is not None:
         return {"backend": backend, "cause": "random", "advice": [
-            f"{random['op']} at {_where(random)} draws different random numbers in the two runs although "
+            f"{random.op} at {_where(random)} draws different random numbers in the two runs although "
             f"tracediff seeded torch, random and numpy with {seed}",
             "the script reseeds or uses a generator of its own (torch.Generator, numpy.random.default_rng, "
             "seeds from time or os.urandom, DataLoader workers): seed it from a fixed value",
         ]}
-    if base_op(first["op"]) in NONDETERMINISTIC_ON_CUDA:
+    if named.op and base_op(named.op) in NONDETERMINISTIC_ON_CUDA:
         return {"backend": backend, "cause": "nondeterministic_algorithm", "advice": [
-            f"{first['op']} at {_where(first)} is on torch's list of ops that are nondeterministic on CUDA "
+            f"{named.op} at {_where(named)} is on torch's list of ops that are nondeterministic on CUDA "
             "(atomic adds, algorithm choice)",
             DETERMINISTIC_ALGORITHMS,
         ]}
-    if not first.get("inputs_agree", True) and "program input" in (first.get("note") or ""):
+    if first.cause is Cause.PROGRAM_INPUT:
         return {"backend": backend, "cause": "input", "advice": [
-            f"an input of {first['op']} at {_where(first)} already differs before any recorded op changed it: "
+            f"an input of {named.op} at {_where(named)} already differs before any recorded op changed it: "
             "a program input, parameter or buffer is made differently in the two runs",
             "look for data or initialization outside torch's seeded generator (file order, time, os.urandom, "
             "hash(), a torch.Generator of the script's own)",
         ]}
     return {"backend": backend, "cause": "nondeterministic_kernel", "advice": [
-        f"{first['op']} at {_where(first)} gives different outputs for identical inputs",
+        f"{named.op} at {_where(named)} gives different outputs for identical inputs",
         "likely a nondeterministic kernel (atomics on CUDA, thread-count dependent reductions, autotuning); "
         + DETERMINISTIC_ALGORITHMS,
         "if the header differences show another num_threads or setting, fix it with torch.set_num_threads",
     ]}
 
 
-def is_determinism_check(backends: list[str | None]) -> bool:
-    return len(backends) == 2 and backends[0] is not None and backends[0] == backends[1]
-
-
-def annotate(report: dict[str, Any], backend: str, seed: int | None) -> dict[str, Any]:
-    """The report with a `determinism` key (and a note) for two runs of the same backend."""
-    advice = determinism_advice(report.get("first_divergence"), backend, seed)
-    notes = list(report.get("notes", []))
-    notes = [n for n in notes if "never reached torch.compile" not in n]  # expected: no compiler in question
-    return dict(report, determinism=advice, notes=notes)
+def with_advice(outcome: Outcome, backend: str, seed: int | None) -> Outcome:
+    """`outcome` of two runs of the same backend, with its `determinism` section."""
+    return replace(outcome, determinism=determinism_advice(outcome.first_divergence, backend, seed))

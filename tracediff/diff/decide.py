@@ -1,0 +1,143 @@
+"""The verdict of a comparison as an `Outcome`: the one place that decides match, diverged or failed.
+
+A diff result (and the runs behind it, where there were runs) in; the typed outcome out, whose
+`to_json` is the report's JSON contract (DESIGN.md). The stages after it (narrowing, bisection,
+determinism advice, repeats) return new outcomes; the renderers in report/ only read them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tracediff.config import Config
+from tracediff.diff.compare import TensorDiff
+from tracediff.diff.engine import header_differences, program_differences
+from tracediff.diff.place import draws_random
+from tracediff.diff.verdict import DiffResult
+from tracediff.diff.verdict import Divergence as Found
+from tracediff.outcome import (
+    Cause,
+    Comparison,
+    Divergence,
+    Outcome,
+    RunResult,
+    RunSummary,
+    Site,
+    TensorEvidence,
+    Verdict,
+)
+
+
+def _number(x: float | None) -> float | None:
+    """JSON has no Infinity: report it as null (the comparison text says why)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return x
+
+
+def _evidence(d: TensorDiff) -> TensorEvidence:
+    c = d.comparison
+    return TensorEvidence(d.side, d.arg, d.dtype, tuple(d.shape), d.a, d.b, _number(c.rel_diff), c.statistic,
+                          c.tolerance.rtol, c.tolerance.atol, c.describe(), c.noise, _number(c.above_noise))
+
+
+def pinned_by(d: Found) -> str | None:
+    """How sure the location is: "value" (the op's own inputs agree and its outputs differ),
+    "position" (the only op between agreeing values and the difference, or the op whose value B
+    changed), or None (several candidates remain, or the difference grew from below the tolerance
+    and may have been made before them)."""
+    if d.kind == "structure" or len(d.candidates) != 1 or d.may_start_earlier:
+        return None
+    return "value" if d.inputs_agree and d.observed is None else "position"
+
+
+def divergence(d: Found) -> Divergence:
+    cause = Cause.PROGRAM_INPUT if d.program_input else Cause(d.kind)
+    return Divergence(cause, Site(d.a.op, d.a.index, d.a.source, d.a.module, d.a.code), _number(d.rel_diff),
+                      tuple(Site(**p.as_dict()) for p in d.candidates), pinned_by(d), d.a.path, d.inputs_agree,
+                      d.may_start_earlier, d.note, Site(**d.observed.as_dict()) if d.observed else None,
+                      Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None)
+
+
+def _run(run: RunResult | None, footer: dict[str, Any] | None, truncated: bool, header: dict[str, Any]) -> RunSummary:
+    footer = footer or {}
+    failure = run.failure() if run is not None else None
+    if failure is None:
+        if truncated:
+            failure = "the trace ends without a footer: the run crashed or was killed"
+        elif footer.get("error"):
+            err = footer["error"]
+            failure = f"the script raised {err.get('type')}: {err.get('message')}"
+    summary = RunSummary(header.get("backend"), failure, not truncated, footer.get("ops"), footer.get("compile_calls"),
+                         footer.get("error"),
+                         # torch.compile options (mode=, options=) removed because this backend rejects them
+                         tuple(sorted(set(footer.get("dropped_compile_options") or ()))), has_process=run is not None)
+    if run is None:
+        return summary
+    return RunSummary(summary.backend, summary.failure, summary.complete, summary.ops, summary.compile_calls,
+                      summary.error, summary.dropped_compile_options, run.returncode, run.timed_out,
+                      round(run.elapsed_s, 2), str(run.log), tuple(run.output_tail))
+
+
+def decide(result: DiffResult, traces: Sequence[str], config: Config,
+           runs: Sequence[RunResult | None] = (None, None), determinism_check: bool = False) -> Outcome:
+    """`determinism_check`: two runs of one backend, where no compiler is in question."""
+    run_a = _run(runs[0], result.a.footer, result.a.truncated, result.a.header)
+    run_b = _run(runs[1], result.b.footer, result.b.truncated, result.b.header)
+    failed = [r for r in (run_a, run_b) if r.failure]
+    first = result.first
+    verdict = Verdict.FAILED if failed else Verdict.DIVERGED if first is not None else Verdict.MATCH
+
+    notes: list[str] = []
+    programs = program_differences(result.a.header, result.b.header)
+    if programs:
+        notes.append(f"the traces come from different programs ({'; '.join(programs)}): ops are paired across "
+                     "two programs, so a difference (or a match) may say nothing about a compiler")
+    for label, run in zip("AB", (run_a, run_b)):
+        if run.dropped_compile_options:
+            options = ", ".join(f"{k}=" for k in run.dropped_compile_options)
+            notes.append(f"run {label} ({run.backend}): the script's torch.compile option(s) {options} were dropped "
+                         f"because backend {run.backend} rejects them (they are inductor's); "
+                         "that run compiled without them")
+    compiled = any(r.compile_calls for r in (run_a, run_b))
+    if not compiled and not failed and not determinism_check:
+        notes.append("the script never reached torch.compile: both runs were plain eager, "
+                     "so this comparison says nothing about a compiler")
+    if result.paired == 0 and not failed:
+        notes.append("no op of A could be paired with one of B: are these recordings of the same program?")
+    if first is not None and draws_random(first.a.op):
+        notes.append(f"{first.a.op} draws random numbers (dropout, sampling): its outputs "
+                     "may differ because the two runs drew different ones (a compiled graph may consume the generator "
+                     "in another order); check whether it repeats with dropout off (model.eval()) or p=0")
+    amplified_note = result.amplified.note() if first is None and result.amplified is not None else None
+    if amplified_note:
+        notes.append(amplified_note)
+    if first is None and (result.nan_origin_a or result.nan_origin_b):
+        notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
+    children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))
+    if children:
+        notes.append(f"{children} forked child process(es) (e.g. DataLoader workers) ran ops that are not recorded: "
+                     "only the main process is traced")
+
+    comparison = Comparison(
+        result.inherited, result.inherited_complete, result.compared, result.paired, result.unpaired_a,
+        result.unpaired_b, result.structure_count, tuple(result.structure), config.strict_structure,
+        result.nan_origin_a.as_dict() if result.nan_origin_a else None,
+        result.nan_origin_b.as_dict() if result.nan_origin_b else None, compiled)
+    calibration = None
+    if result.noise is not None:
+        calibration = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
+                           max_above_noise_passed=round(result.closest_to_noise, 3))
+    return Outcome(verdict, tuple(str(t) for t in traces), divergence(first) if first else None, (run_a, run_b),
+                   tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),
+                   tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
+                   config.exact, calibration)
+
+
+def unreadable(traces: Sequence[str], runs: Sequence[RunResult], reason: str) -> Outcome:
+    """The outcome when a run left no trace that can be read at all."""
+    summaries = tuple(RunSummary(r.backend, r.failure(), returncode=r.returncode, timed_out=r.timed_out, log=str(r.log),
+                                 output_tail=tuple(r.output_tail)) for r in runs)
+    return Outcome(Verdict.FAILED, tuple(str(t) for t in traces), None, summaries, (reason,), None)
