@@ -136,6 +136,19 @@ def test_custom_backend_that_does_not_import(tmp_path: Path) -> None:
     _one_line_error(result, "cannot import module 'nosuchmodule'")
 
 
+def test_record_honours_the_config_and_the_command_line_wins(tmp_path: Path) -> None:
+    from tracediff.trace.reader import Trace
+
+    config = tmp_path / "tracediff.yaml"
+    config.write_text("seed: 7\nexact: true\n")
+    trace = tmp_path / "t.jsonl"
+    assert invoke("record", str(FIXTURES / "no_compile.py"), "-o", str(trace), "--config", str(config)).exit_code == 0
+    assert (Trace(trace).header["seed"], Trace(trace).header["exact"]) == (7, True)
+    assert invoke("record", str(FIXTURES / "no_compile.py"), "-o", str(trace), "--config", str(config),
+                  "--seed", "3").exit_code == 0
+    assert Trace(trace).header["seed"] == 3
+
+
 def test_bad_config_file(tmp_path: Path) -> None:
     config = tmp_path / "tracediff.yaml"
     config.write_text("tolerances:\n  float32: {rtl: 1}\n")

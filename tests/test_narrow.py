@@ -11,6 +11,7 @@ import torch
 from tests.conftest import marker_line
 from tests.synth import TraceBuilder
 from tracediff.diff.fusion import PRECISION, UNKNOWN, WRONG_RESULT, judge
+from tracediff.outcome import Outcome
 from tracediff.record.fingerprint import fingerprint
 from tracediff.run.narrow import feeds_a_candidate, judge_unfused, needs_narrowing, runs_generated_kernels
 
@@ -33,9 +34,10 @@ def _trace(path: Path, kernels: int | None, kernel_record: bool) -> Path:
     return path
 
 
-def _diverged(candidates: int) -> dict[str, Any]:
+def _diverged(candidates: int, may_start_earlier: bool = False) -> Outcome:
     cands = [{"op": f"aten::op{i}", "index": i, "source": "m.py:1", "module": None} for i in range(candidates)]
-    return {"verdict": "diverged", "first_divergence": dict(cands[-1], candidates=cands)}
+    first = dict(cands[-1], kind="output", candidates=cands, may_start_earlier=may_start_earlier)
+    return Outcome.from_json({"verdict": "diverged", "first_divergence": first})
 
 
 def test_a_custom_backend_that_ran_generated_kernels_is_narrowed(tmp_path: Path) -> None:
@@ -56,8 +58,9 @@ def test_one_candidate_needs_no_narrowing(tmp_path: Path) -> None:
 def test_a_region_output_that_differs_where_no_compared_value_did_is_narrowed(tmp_path: Path) -> None:
     """H100, an MLP's first `mm` perturbed before a layer norm: fused kernels carry the change within
     the tolerance at every compared value until the region's output; one kernel per op shows it."""
-    unseen = {"verdict": "diverged", "first_divergence": {"kind": "output", "op": "region exit Net.forward (call 0)",
-                                                          "index": 9, "source": None, "candidates": [{"index": 9}]}}
+    unseen = Outcome.from_json({"verdict": "diverged", "first_divergence": {
+        "kind": "output", "op": "region exit Net.forward (call 0)", "index": 9, "source": None,
+        "candidates": [{"index": 9}]}})
     assert needs_narrowing(unseen, _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True))
     assert not needs_narrowing(unseen, _trace(tmp_path / "c.jsonl", kernels=0, kernel_record=False))
 
@@ -66,8 +69,7 @@ def test_one_candidate_whose_difference_may_start_earlier_is_narrowed(tmp_path: 
     """H100, an MLP's fc1 bias scaled 1% inside a fused kernel, its layer norm hiding most of it: the
     difference grew from below the tolerance at a later line. Materialized intermediates may show
     where it was made."""
-    unsure = _diverged(1)
-    unsure["first_divergence"]["may_start_earlier"] = True
+    unsure = _diverged(1, may_start_earlier=True)
     assert needs_narrowing(unsure, _trace(tmp_path / "b.jsonl", kernels=1, kernel_record=True))
     assert not needs_narrowing(unsure, _trace(tmp_path / "c.jsonl", kernels=0, kernel_record=False))
 

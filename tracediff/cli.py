@@ -161,12 +161,14 @@ def cli() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="trace.jsonl", show_default=True,
               help="trace file to write (.jsonl or .jsonl.gz)")
 @click.option("--backend", default=None, help="redirect the script's torch.compile to this backend [default: as written]")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed for torch, random and numpy")
-@click.option("--exact", is_flag=True, help="also record a bitwise hash of every tensor")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="seconds before the run is killed")
+@click.option("--seed", type=int, default=None, help="seed for torch, random and numpy [default: 0, or the config's]")
+@click.option("--exact", is_flag=True, default=None, help="also record a bitwise hash of every tensor")
+@click.option("--timeout", type=float, default=None, help="seconds before the run is killed [default: 900]")
 @click.option("--float64", is_flag=True, help="compute every floating op in float64: a noise reference for diff --noise")
-def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int, exact: bool,
-           timeout: float, float64: bool) -> None:
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="tracediff.yaml whose seed, exact, fallback_random and timeout apply [default: ./tracediff.yaml]")
+def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int | None,
+           exact: bool | None, timeout: float | None, float64: bool, config_path: str | None) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
     Options go before --, the script's own arguments after it.
@@ -175,18 +177,10 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
     """
-    from tracediff.launch.launcher import check_script, record_in_subprocess
-    from tracediff.outputs import check_file
-    from tracediff.run.pipeline import check_backend
+    from tracediff.run.pipeline import record_script
 
-    path = check_script(script)
-    if backend:
-        check_backend(backend, script)
-    check_file(output, "-o")
-    result = record_in_subprocess(  # on Ctrl-C it raises Interrupted naming the partial trace
-        path, list(script_args), backend=backend, trace=Path(output), seed=seed, exact=exact,
-        fallback_random=None, timeout=timeout, echo=_echo_err, float64=float64,
-    )
+    config = _load_config(config_path, seed=seed, exact=exact, timeout=timeout)
+    result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err)
     failure = result.failure()
     if failure:
         _echo_err(f"tracediff: {failure}; the trace up to that point is in {output}")
@@ -279,27 +273,15 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
     """
     from tracediff.diff.sample import AlignmentSample
     from tracediff.report.files import check_output_path, write_report_files
-    from tracediff.run.pipeline import parse_backends, run_and_diff
-    from tracediff.run.repeat import run_repeated
+    from tracediff.run.entry import is_single_comparison, run_script
 
-    names = parse_backends(backends, script, allow_one=True)
-    if repeat is not None and repeat < 1:
-        raise UserError(f"--repeat takes a number of runs of at least 1, got {repeat}")
-    if len(names) == 1 and (repeat or 2) < 2:
-        raise UserError("one backend needs --repeat 2 or more: there is nothing to compare a single run with")
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
-    args = list(script_args)
-    sample = None
-    if len(names) == 1 or (repeat or 1) > 1:
-        if calibrate:
-            raise UserError("--calibrate compares two backends once; it does not combine with --repeat or one backend")
-        report = run_repeated(script, args, names, repeat or 2, config, out_dir, _echo_err, narrow_fused=narrow)
-    else:
-        sample = AlignmentSample() if html else None
-        report = run_and_diff(script, args, names, config, out_dir, _echo_err, narrow_fused=narrow,
-                              calibrate=calibrate, sample=sample)
+    sample = AlignmentSample() if html and is_single_comparison(backends, repeat) else None
+    outcome = run_script(script, list(script_args), backends, config, out_dir, _echo_err, repeat=repeat,
+                         calibrate=calibrate, narrow_fused=narrow, sample=sample)
+    report = outcome.to_json()  # the renderers read the JSON contract
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     write_report_files(report, sample, html, junit, _echo_err)
     sys.exit(_emit(report, fmt))
@@ -336,7 +318,7 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
     parse_backends(f"eager,{backend}", script)
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed)
-    report = bisect_script(script, list(script_args), backend, config, out_dir, _echo_err)
+    report = bisect_script(script, list(script_args), backend, config, out_dir, _echo_err).to_json()
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
 

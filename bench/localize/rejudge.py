@@ -25,6 +25,7 @@ from tracediff.config import Config
 from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
+from tracediff.launch.launcher import Recording
 from tracediff.outcome import RunResult
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.trace.reader import Trace
@@ -33,7 +34,8 @@ from tracediff.trace.reader import Trace
 def saved_recordings(run_dir: Path) -> Callable[..., RunResult]:
     """A stand-in for `launcher.record_in_subprocess` handing back what the run recorded in `run_dir`."""
 
-    def record(_script: Path, _args: list[str], *, backend: str | None, trace: Path, **_: Any) -> RunResult:
+    def record(_script: Path, _args: list[str], recording: Recording, trace: Path, *_: Any, **__: Any) -> RunResult:
+        backend = recording.backend
         saved = run_dir / trace.name
         if saved.is_file():
             return RunResult(backend, saved, saved.with_suffix(".log"), 0, False, 0.0)
@@ -62,14 +64,15 @@ def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:
     fused = next(run_dir.glob("b-*.jsonl"), None)
     if fused is None:
         return dict(result, outcome="failed", detail=f"no trace of the compiled run in {run_dir}")
-    report = decide(diff_traces(reference, fused, config), [str(reference), str(fused)], config).to_json()
-    if needs_narrowing(report, fused):
+    outcome = decide(diff_traces(reference, fused, config), [str(reference), str(fused)], config)
+    if needs_narrowing(outcome, fused):
         # The backend as recorded (a custom backend's `module:function`), which names the narrowing's trace.
         backend = Trace(fused).header.get("backend") or result["backend"]
         runs = [RunResult("eager", reference, reference.with_suffix(".log"), 0, False, 0.0),
                 RunResult(backend, fused, fused.with_suffix(".log"), 0, False, 0.0)]
-        report = narrow(report, runs, Path("target.py"), [], config, run_dir, echo=lambda _line: None,
-                        record=saved_recordings(run_dir))
+        outcome = narrow(outcome, runs, Path("target.py"), [], config, run_dir, echo=lambda _line: None,
+                         record=saved_recordings(run_dir))
+    report = outcome.to_json()
     first = report.get("first_divergence") or {}
     narrowing = first.get("narrowing") or {}
     if narrowing.get("result") == "failed":

@@ -89,14 +89,13 @@ def list_nodes(model: str, backend: str, device: str, work: Path) -> list[dict[s
 def record_reference(model: str, device: str, work: Path) -> Path:
     """One eager recording of the script, shared by every fault of this model (recorded as `run` records A)."""
     from tracediff.config import load_config
-    from tracediff.launch.launcher import record_in_subprocess
+    from tracediff.launch.launcher import Recording, record_in_subprocess
 
     config = load_config(None)
     trace = work / "a-eager.jsonl"
     result_dir = work / "reference"
     result_dir.mkdir(exist_ok=True)
-    run = record_in_subprocess(TARGET, [model, "--device", device], backend="eager", trace=trace, seed=config.seed,
-                               exact=config.exact, fallback_random=config.fallback_random, timeout=config.timeout,
+    run = record_in_subprocess(TARGET, [model, "--device", device], Recording.of(config, "eager"), trace,
                                echo=lambda _line: None, env=_env(TRACEDIFF_PLANT_OUT=str(result_dir)))
     if run.failure():
         raise SystemExit(f"eager recording of {model} failed: {run.failure()}")
@@ -197,7 +196,7 @@ def worker(job: dict[str, Any]) -> None:
     reference = RunResult(backend="eager", trace=Path(job["reference"]), log=Path(job["reference"]).with_suffix(".log"),
                           returncode=0, timed_out=False, elapsed_s=0.0)
     report = run_against(reference, TARGET, [job["model"], "--device", job["device"]], BACKENDS[job["backend"]],
-                         config, work, echo=lambda _line: None)
+                         config, work, echo=lambda _line: None).to_json()
     first = report.get("first_divergence") or {}
     result = dict(job, verdict=report["verdict"], reported={k: first.get(k) for k in ("op", "source", "module")},
                   candidates=[c.get("source") for c in first.get("candidates") or []],

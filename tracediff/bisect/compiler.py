@@ -26,14 +26,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
-from tracediff.errors import ExitCode, TraceFormatError, UserError
-from tracediff.launch.launcher import record_in_subprocess
+from tracediff.errors import TraceFormatError, UserError
+from tracediff.launch.launcher import Recording, record_in_subprocess
+from tracediff.outcome import Outcome
 
 
 def check_bisectable(backend: str) -> None:
@@ -119,10 +120,8 @@ def run_bisection(
             stage = env.get("TORCH_BISECT_BACKEND"), env.get("TORCH_BISECT_SUBSYSTEM")
             trace = run_dir / f"bisect-{call:03d}.jsonl"
             started = time.perf_counter()
-            run = record_in_subprocess(
-                script, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
-                fallback_random=config.fallback_random, timeout=config.timeout, echo=lambda _line: None, env=env,
-            )
+            run = record_in_subprocess(script, script_args, Recording.of(config, backend), trace,
+                                       echo=lambda _line: None, env=env)
             good = run.ok and _matches(reference, run.trace, config)
             log.steps.append({"call": call, "backend": stage[0], "subsystem": stage[1], "good": good,
                               "run_failed": run.failure(), "seconds": round(time.perf_counter() - started, 1)})
@@ -151,8 +150,8 @@ def readable_debug_info(info: str | None) -> str | None:
     return _OP_OVERLOAD.sub(lambda m: f"{m.group(1)}.{m.group(2)}", info) if info else info
 
 
-def bisect_report(base: dict[str, Any], result: Any, log: OracleLog) -> dict[str, Any]:
-    """Add the bisection to a run report."""
+def bisected(outcome: Outcome, result: Any, log: OracleLog) -> Outcome:
+    """`outcome` (a divergence) with the bisection's result, steps and note."""
     if result is None:
         bisect = None
         note = "the bisector found every stage good: the divergence did not reproduce under bisection (flaky?)"
@@ -165,6 +164,5 @@ def bisect_report(base: dict[str, Any], result: Any, log: OracleLog) -> dict[str
         if result.debug_info:
             where += f", application #{result.bisect_number}: {bisect['debug_info']}"
         note = f"bisected: the divergence first appears at {where}"
-    notes = [*base.get("notes", []), note]
-    return dict(base, bisect=bisect, bisect_steps=log.steps, oracle_calls=len(log.steps), notes=notes,
-                exit_code=int(ExitCode.DIVERGED), verdict="diverged")
+    return replace(outcome, bisected=True, bisect=bisect, bisect_steps=tuple(log.steps), oracle_calls=len(log.steps),
+                   notes=(*outcome.notes, note))

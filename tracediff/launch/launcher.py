@@ -16,9 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracediff.config import Config
 from tracediff.errors import Interrupted, UserError
 from tracediff.outcome import RunResult
 from tracediff.outputs import ensure_dir
@@ -78,39 +80,44 @@ def trace_name(slot: str, backend: str | None) -> str:
     return f"{slot}-{safe}"
 
 
-def record_in_subprocess(
-    script: Path,
-    script_args: list[str],
-    *,
-    backend: str | None,
-    trace: Path,
-    seed: int | None,
-    exact: bool,
-    fallback_random: bool | None,
-    timeout: float,
-    echo: Callable[[str], None],
-    materialize: bool = False,
-    float64: bool = False,
-    env: dict[str, str] | None = None,
-    child_options: list[str] | None = None,
-    cwd: str | None = None,
-) -> RunResult:
-    """Run `script` under the recorder with `backend`, writing `trace`; never raises for script failures."""
+@dataclass(frozen=True)
+class Recording:
+    """How one run of the script is recorded: everything the child process is told, in one value."""
+
+    backend: str | None  # None: torch.compile as the script wrote it
+    seed: int | None = 0  # None: leave the generators alone
+    exact: bool = False  # also a bitwise hash of every tensor
+    fallback_random: bool | None = None  # inductor's; None: on for inductor
+    timeout: float = 900.0  # seconds
+    materialize: bool = False  # one inductor kernel per op (narrowing)
+    float64: bool = False  # every floating op upcast (a noise reference)
+    capture: tuple[int, ...] = ()  # record indices whose arguments to keep (`tracediff repro`)
+    capture_out: Path | None = None  # where the captured arguments go
+
+    @classmethod
+    def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:
+        """The recording `config` asks for (seed, exact, fallback_random, timeout), with `changes`."""
+        return cls(backend, config.seed, config.exact, config.fallback_random, config.timeout, **changes)
+
+    def child_arguments(self) -> list[str]:
+        args = [] if self.backend is None else ["--backend", self.backend]
+        args += ["--no-seed"] if self.seed is None else ["--seed", str(self.seed)]
+        args += ["--exact"] * self.exact + ["--materialize"] * self.materialize + ["--float64"] * self.float64
+        if self.fallback_random is not None:
+            args += ["--fallback-random", "on" if self.fallback_random else "off"]
+        if self.capture:
+            args += ["--capture", ",".join(map(str, self.capture)), "--capture-out", str(self.capture_out)]
+        return args
+
+
+def record_in_subprocess(script: Path, script_args: list[str], recording: Recording, trace: Path,
+                         echo: Callable[[str], None], env: dict[str, str] | None = None,
+                         cwd: str | None = None) -> RunResult:
+    """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
+    backend, timeout = recording.backend, recording.timeout
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
-    command = [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace)]
-    if backend is not None:
-        command += ["--backend", backend]
-    command += ["--no-seed"] if seed is None else ["--seed", str(seed)]
-    if exact:
-        command.append("--exact")
-    if materialize:
-        command.append("--materialize")
-    if float64:
-        command.append("--float64")
-    if fallback_random is not None:
-        command += ["--fallback-random", "on" if fallback_random else "off"]
-    command += child_options or []
-    command += [str(script), "--", *script_args]
+    command = [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace), *recording.child_arguments(),
+               str(script), "--", *script_args]
 
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     start = time.perf_counter()

@@ -30,7 +30,8 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.errors import ExitCode, Interrupted, UserError, interrupt_keeps
-from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.launcher import Recording, record_in_subprocess
+from tracediff.outcome import Cause, Divergence, Outcome, Verdict
 from tracediff.outputs import ensure_dir
 from tracediff.record.capture import CAPTURE_FORMAT, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script
@@ -42,10 +43,10 @@ INPUTS_NAME = "inputs.pt"
 
 
 @dataclass(frozen=True)
-class Divergence:
-    """The report's first divergence and the two recordings it came from."""
+class Recorded:
+    """A run's outcome (its first divergence) and the two recordings it came from."""
 
-    report: dict[str, Any]
+    outcome: Outcome
     trace_a: Path
     trace_b: Path
     run_dir: Path | None
@@ -65,8 +66,8 @@ def _fallback_random(header: dict[str, Any]) -> bool | None:
     return (header.get("settings") or {}).get("inductor", {}).get("fallback_random")
 
 
-def load_divergence(paths: list[str], config: Config) -> Divergence:
-    """A run directory (with report.json) or two traces -> the report to reproduce."""
+def load_divergence(paths: list[str], config: Config) -> Recorded:
+    """A run directory (with report.json) or two traces -> the outcome to reproduce."""
     if len(paths) == 1:
         run_dir = Path(paths[0])
         if not run_dir.exists():
@@ -83,14 +84,16 @@ def load_divergence(paths: list[str], config: Config) -> Divergence:
         traces = report.get("traces") or []
         if len(traces) != 2:
             raise UserError(f"{report_path}: the report names no two traces")
+        if report.get("verdict") not in {v.value for v in Verdict}:
+            raise UserError(f"{report_path}: not a tracediff report (no verdict)")
         trace_a, trace_b = (_beside(Path(t), run_dir) for t in traces)
-        return Divergence(report, trace_a, trace_b, run_dir)
+        return Recorded(Outcome.from_json(report), trace_a, trace_b, run_dir)
     if len(paths) == 2:
         from tracediff.diff.decide import decide
         from tracediff.diff.engine import diff_traces
 
-        report = decide(diff_traces(paths[0], paths[1], config), paths, config).to_json()
-        return Divergence(report, Path(paths[0]), Path(paths[1]), None)
+        outcome = decide(diff_traces(paths[0], paths[1], config), paths, config)
+        return Recorded(outcome, Path(paths[0]), Path(paths[1]), None)
     raise UserError("tracediff repro takes a run directory or two traces (reference first)")
 
 
@@ -104,22 +107,25 @@ def _beside(trace: Path, run_dir: Path) -> Path:
     raise UserError(f"{trace}: the trace named in the report is gone")
 
 
-def ops_to_replay(divergence: Divergence) -> list[dict[str, Any]]:
+def ops_to_replay(divergence: Recorded) -> list[dict[str, Any]]:
     """Reference-side op records of the divergent op, or of the fused kernel's ops, in order."""
-    first = divergence.report["first_divergence"]
-    if first.get("kind") == "structure":
+    first = divergence.outcome.first_divergence
+    assert first is not None
+    if first.cause is Cause.STRUCTURE:
         raise UserError("the first difference is structural (a record present in one run only), "
                         "not a value divergence: there is no op to replay")
-    wanted = {c["index"] for c in first.get("candidates") or [] if c.get("index") is not None} or {first["index"]}
+    wanted = {c.index for c in first.candidates if c.index is not None}
+    if not wanted and first.site.index is not None:
+        wanted = {first.site.index}
     found = records_at(divergence.trace_a, wanted)
     ops = [found[i] for i in sorted(found) if found[i].get("t") == OP]
     if not ops:
-        raise UserError(f"the first divergence (record #{first['index']}) is a compiled region or kernel of the "
+        raise UserError(f"the first divergence (record #{first.site.index}) is a compiled region or kernel of the "
                         "reference run, not an op: record the reference with --backends eager,... to replay ops")
     return ops
 
 
-def capture_arguments(divergence: Divergence, records: list[dict[str, Any]], config: Config, work: Path,
+def capture_arguments(divergence: Recorded, records: list[dict[str, Any]], config: Config, work: Path,
                       echo: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[str]]:
     """Re-run the reference and return the captured ops plus notes on how faithful the re-run was."""
     header = divergence.header_a
@@ -136,13 +142,11 @@ def capture_arguments(divergence: Divergence, records: list[dict[str, Any]], con
     captured_path = work / "captured.pt"
     echo(f"tracediff: re-running {command[0]} ({backend}) to capture the inputs of record(s) "
          f"{', '.join(f'#{i}' for i in indices)}")
-    run = record_in_subprocess(
-        script, command[1:], backend=None if backend == "as-written" else backend, trace=trace,
-        seed=header.get("seed"), exact=bool(header.get("exact")),
-        fallback_random=_fallback_random(header),
-        timeout=config.timeout, echo=echo, materialize=bool(header.get("materialized")), cwd=cwd,
-        child_options=["--capture", ",".join(map(str, indices)), "--capture-out", str(captured_path)],
-    )
+    # Recorded again as the reference was: its seed, exactness, fallback_random and materialization.
+    recording = Recording(None if backend == "as-written" else backend, header.get("seed"), bool(header.get("exact")),
+                          _fallback_random(header), config.timeout, bool(header.get("materialized")),
+                          capture=tuple(indices), capture_out=captured_path)
+    run = record_in_subprocess(script, command[1:], recording, trace, echo, cwd=cwd)
     if not captured_path.is_file():
         raise ReproRunFailed(f"the re-run of the reference failed before the capture was saved: "
                              f"{run.failure() or 'no capture written'}")
@@ -179,7 +183,7 @@ class ReproRunFailed(Exception):
     """The reference could not be re-run faithfully (exit 3: a run failed)."""
 
 
-def build_spec(divergence: Divergence, records: list[dict[str, Any]], ops: list[dict[str, Any]],
+def build_spec(divergence: Recorded, records: list[dict[str, Any]], ops: list[dict[str, Any]],
                backend: str, local_modules: list[str], config: Config) -> tuple[ReproSpec, dict[str, torch.Tensor]]:
     """Name the captured tensors, decide what `program` returns, and describe the divergence."""
     inputs: dict[str, torch.Tensor] = {}
@@ -197,12 +201,13 @@ def build_spec(divergence: Divergence, records: list[dict[str, Any]], ops: list[
     by_index = {r["i"]: r for r in records}
     comments = {i: f"{r.get('src') or '?'}  {(r.get('code') or '').strip()}".rstrip() for i, r in by_index.items()}
 
-    first = divergence.report["first_divergence"]
+    first = divergence.outcome.first_divergence
+    assert first is not None
     rtol, atol = _tolerance(first, records[-1], config)
     fallback_random = bool(_fallback_random(divergence.header_b))
-    context = [f"Recorded: {first['op']} at {first.get('source')}"
-               + (f" in module {first['module']}" if first.get("module") else "")
-               + (f", rel diff {first['rel_diff']:.3g}" if first.get("rel_diff") is not None else "") + ".",
+    context = [f"Recorded: {first.site.op} at {first.site.source}"
+               + (f" in module {first.site.module}" if first.site.module else "")
+               + (f", rel diff {first.rel_diff:.3g}" if first.rel_diff is not None else "") + ".",
                f"Reference trace: {divergence.trace_a}",
                f"Compared trace:  {divergence.trace_b}"]
     if len(named) > 1:
@@ -210,22 +215,21 @@ def build_spec(divergence: Divergence, records: list[dict[str, Any]], ops: list[
     spec = ReproSpec(
         ops=named, input_names=list(inputs), backend=backend, local_modules=local_modules,
         fallback_random=fallback_random, rtol=rtol, atol=atol,
-        title=f"{first['op']} at {first.get('source')}", context=context, comments=comments, returns=returns,
+        title=f"{first.site.op} at {first.site.source}", context=context, comments=comments, returns=returns,
     )
     return spec, inputs
 
 
-def _tolerance(first: dict[str, Any], record: dict[str, Any], config: Config) -> tuple[float, float]:
+def _tolerance(first: Divergence, record: dict[str, Any], config: Config) -> tuple[float, float]:
     """The tolerance the divergence was judged by (the report says), else the config's for the output."""
-    judged = (first.get("tensor") or {}).get("tolerance")
-    if judged:
-        return float(judged["rtol"]), float(judged["atol"])
+    if first.tensor is not None:
+        return float(first.tensor.rtol), float(first.tensor.atol)
     out = (record.get("out") or [{}])[0]
     tolerance = config.tolerance_for(out.get("dt", "float32"), record["op"], record.get("m"), out.get("dev", "cpu"))
     return tolerance.rtol, tolerance.atol
 
 
-def copy_local_modules(divergence: Divergence, out_dir: Path) -> list[str]:
+def copy_local_modules(divergence: Recorded, out_dir: Path) -> list[str]:
     """Copy the script's own modules (as the compiled run imported them) beside the repro; their names."""
     names: list[str] = []
     for trace_path, header in ((divergence.trace_b, divergence.header_b), (divergence.trace_a, divergence.header_a)):
@@ -275,11 +279,11 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
     if out_dir:
         ensure_dir(out_dir, "--out-dir")  # before the re-run: a path that cannot be written fails in a second
     divergence = load_divergence(paths, config)
-    report = divergence.report
-    if report.get("verdict") == "match":
+    outcome = divergence.outcome
+    if outcome.verdict is Verdict.MATCH:
         return _outcome("match", ExitCode.MATCH, "no divergence between the two runs: nothing to reproduce")
-    if report.get("verdict") == "failed" or not report.get("first_divergence"):
-        reasons = [r.get("failure") for r in report.get("runs") or [] if r.get("failure")]
+    if outcome.verdict is Verdict.FAILED or outcome.first_divergence is None:
+        reasons = [r.failure for r in outcome.runs if r.failure]
         return _outcome("failed", ExitCode.RUN_FAILED,
                         "a run failed, so there is no divergence to reproduce: " + (reasons[0] if reasons else "see the report"))
 
@@ -307,7 +311,7 @@ def write_repro(paths: list[str], config: Config, out_dir: str | None, backend: 
         repro_dir=str(target), script=str(target / SCRIPT_NAME), inputs=str(target / INPUTS_NAME),
         backend=backend, local_modules=local_modules, notes=notes, check=None,
         ops=[{"index": r["i"], "op": r["op"], "source": r.get("src")} for r in records],
-        first_divergence=report["first_divergence"],
+        first_divergence=outcome.first_divergence.to_json(),
     )
     if check:
         with interrupt_keeps(f"the repro is written, in {target}; its check was stopped"):

@@ -23,7 +23,7 @@ kernel per op (record/materialize) and diff again:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,8 @@ from tracediff.diff.engine import diff_traces
 from tracediff.diff.fusion import PRECISION, WRONG_RESULT, FusionEffect, judge_divergence
 from tracediff.diff.precision import preserves_values
 from tracediff.errors import TraceFormatError
-from tracediff.launch.launcher import record_in_subprocess, trace_name
-from tracediff.outcome import RunResult
+from tracediff.launch.launcher import Recording, record_in_subprocess, trace_name
+from tracediff.outcome import Outcome, RunResult, Site, Verdict
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import KERNEL
 
@@ -56,21 +56,21 @@ def runs_generated_kernels(trace: Path) -> bool:
         return False
 
 
-def needs_narrowing(report: dict[str, Any], trace_b: Path) -> bool:
+def needs_narrowing(outcome: Outcome, trace_b: Path) -> bool:
     """A divergence localized to several ops, to no line at all (a region's output differs and every
     value compared agreed: fused kernels kept the change unseen, within the tolerance at each), or to
     a line where a difference grew from below the tolerance (it may have been made inside a fused
     kernel before it), in a run whose compiled side ran generated kernels."""
-    first = report.get("first_divergence")
-    if not first or report["verdict"] != "diverged":
+    first = outcome.first_divergence
+    if first is None or outcome.verdict is not Verdict.DIVERGED:
         return False
-    unplaced = first.get("kind") == "output" and first.get("source") is None
-    unsure = len(first.get("candidates") or []) > 1 or unplaced or bool(first.get("may_start_earlier"))
+    unplaced = first.cause.kind == "output" and first.site.source is None
+    unsure = len(first.candidates) > 1 or unplaced or first.may_start_earlier
     return unsure and runs_generated_kernels(trace_b)
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Judgement:
     """What the unfused run says about the fused candidates."""
 
     result: str  # "vanished" | "pinned" | "narrowed" | "earlier" | "moved"
@@ -81,14 +81,14 @@ class Outcome:
 
 
 def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], moves: Callable[[int], bool],
-                  feeds: Callable[[int], bool] = lambda _index: False) -> Outcome:
+                  feeds: Callable[[int], bool] = lambda _index: False) -> Judgement:
     """Compare the unfused run's first divergence (`found`) with the fused candidates.
 
     `moves(index)`: does A's record at `index` only move or widen values (never the one to blame)?
     `feeds(index)`: does it write a value a fused candidate reads (through candidate views)?
     """
     if found is None:
-        return Outcome("vanished")
+        return Judgement("vanished")
     candidates = found.get("candidates") or []
     computing = [c for c in candidates if not moves(c["index"])] or candidates
     indices = tuple(c["index"] for c in computing)
@@ -104,20 +104,20 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
         # attention's `c_proj` mm, fused with the residual add and `ln_2`, within the tolerance there).
         if len(computing) == 1 and settled and (computing[0]["index"] < min(fused_indices)
                                                 or feeds(computing[0]["index"])):
-            return Outcome("earlier", computing[0], by, indices)
+            return Judgement("earlier", computing[0], by, indices)
         # The unfused run names one of the fused kernel's ops, and holds ops after the kernel as candidates
         # too (a difference within the tolerance for a while shows a few ops later): the op to blame is
         # one of those both runs hold. Not when the unfused run names an op outside the kernel: then its
         # candidates need not hold the op to blame at all.
         shared = [c for c in computing if c["index"] in fused_indices] if found.get("index") in fused_indices else []
         if len(shared) == 1 and settled:
-            return Outcome("pinned", shared[0], "position", (shared[0]["index"],), shared=True)
+            return Judgement("pinned", shared[0], "position", (shared[0]["index"],), shared=True)
         if shared and len(shared) < len(fused_computing):
-            return Outcome("narrowed", computing=tuple(c["index"] for c in shared), shared=True)
-        return Outcome("moved", computing=indices)
+            return Judgement("narrowed", computing=tuple(c["index"] for c in shared), shared=True)
+        return Judgement("moved", computing=indices)
     if len(computing) == 1 and settled:
-        return Outcome("pinned", computing[0], by, indices)
-    return Outcome("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
+        return Judgement("pinned", computing[0], by, indices)
+    return Judgement("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
 
 
 def feeds_a_candidate(records: dict[int, dict[str, Any]], fused: list[dict[str, Any]], moves: Callable[[int], bool],
@@ -139,14 +139,14 @@ def feeds_a_candidate(records: dict[int, dict[str, Any]], fused: list[dict[str, 
     return False
 
 
-def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_args: list[str], config: Config,
-           run_dir: Path, echo: Callable[[str], None],
-           record: Callable[..., RunResult] | None = None) -> dict[str, Any]:
-    """Return `report` with its first divergence narrowed (or annotated why not). `record` runs the script
+def narrow(outcome: Outcome, runs: list[RunResult], script: Path, script_args: list[str], config: Config,
+           run_dir: Path, echo: Callable[[str], None], record: Callable[..., RunResult] | None = None) -> Outcome:
+    """`outcome` with its first divergence narrowed (or annotated why not). `record` runs the script
     as `launcher.record_in_subprocess` (the default) does; another one re-judges recordings already made."""
     record = record or record_in_subprocess
-    first = report["first_divergence"]
-    candidates = first["candidates"]
+    first = outcome.first_divergence
+    assert first is not None
+    candidates = [c.to_json() for c in first.candidates]
     if len(candidates) > 1:
         echo(f"tracediff: the divergence is inside a fused kernel ({len(candidates)} candidate ops); "
              "re-running with one kernel per op to find the one")
@@ -154,72 +154,72 @@ def narrow(report: dict[str, Any], runs: list[RunResult], script: Path, script_a
         echo("tracediff: the difference grew from below the tolerance, perhaps inside fused kernels; "
              "re-running with one kernel per op to see where it was made")
     trace = run_dir / f"{trace_name('c', runs[1].backend)}-unfused.jsonl"
-    rerun = record(
-        script, script_args, backend=runs[1].backend, trace=trace, seed=config.seed, exact=config.exact,
-        fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, materialize=True,
-    )
+    rerun = record(script, script_args, Recording.of(config, runs[1].backend, materialize=True), trace, echo)
     narrowing: dict[str, Any] = {"method": METHOD, "trace": str(trace), "fused_candidates": candidates}
     failure = rerun.failure()
     if failure:
         narrowing.update(result="failed", detail=failure)
-        return _annotate(report, narrowing, f"narrowing failed ({failure}); candidates are the fused kernel's ops")
-    noise_trace = (report.get("calibration") or {}).get("noise_trace")  # judged as the fused run was
+        return _annotate(outcome, narrowing, f"narrowing failed ({failure}); candidates are the fused kernel's ops")
+    noise_trace = (outcome.calibration or {}).get("noise_trace")  # judged as the fused run was
     try:
         unfused = decide(diff_traces(runs[0].trace, trace, config, noise_trace=noise_trace),
-                               [str(runs[0].trace), str(trace)], config).to_json()
+                         [str(runs[0].trace), str(trace)], config).first_divergence
     except TraceFormatError as e:
         narrowing.update(result="failed", detail=str(e))
-        return _annotate(report, narrowing, f"narrowing failed ({e})")
-    found = unfused.get("first_divergence")
+        return _annotate(outcome, narrowing, f"narrowing failed ({e})")
+    found = unfused.to_json() if unfused else None
     records = records_at(runs[0].trace, {c["index"] for c in [*candidates, *((found or {}).get("candidates") or [])]})
 
     def moves(index: int) -> bool:
         return index in records and preserves_values(records[index])
 
-    outcome = judge_unfused(found, candidates, moves, partial(feeds_a_candidate, records, candidates, moves))
-    narrowing["result"] = outcome.result
-    if outcome.result == "vanished":
+    judgement = judge_unfused(found, candidates, moves, partial(feeds_a_candidate, records, candidates, moves))
+    narrowing["result"] = judgement.result
+    if judgement.result == "vanished":
         float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', runs[0].backend)}-float64.jsonl"
-        effect = _fusion_effect(first, runs[0], float64_trace, bool(noise_trace), script, script_args, config, echo,
-                                record)
+        effect = _fusion_effect(first.to_json(), runs[0], float64_trace, bool(noise_trace), script, script_args,
+                                config, echo, record)
         narrowing.update(fusion_effect=effect.effect, fusion_evidence=dict(effect.as_dict(), float64_trace=str(float64_trace)))
-        return _annotate(report, narrowing, _vanished_note(effect))
-    assert found is not None
-    if outcome.result in ("pinned", "earlier"):
-        assert outcome.pinned is not None
-        pinned = outcome.pinned
-        narrowing.update(pinned_by=outcome.pinned_by, unfused_candidates=found.get("candidates"))
-        pinned_record = records.get(pinned["index"], {})
-        narrowed = dict(found, **{k: pinned.get(k) for k in ("op", "index", "source", "module", "code")},
-                        path=pinned_record.get("path", found.get("path")), candidates=[pinned], pinned_by=outcome.pinned_by,
-                        narrowing=narrowing)
-        if outcome.result == "earlier":
-            narrowed["note"] = (f"with one kernel per op the difference shows earlier, at {pinned['op']}: the fused "
-                                f"run carried it within the tolerance until {first['op']} (#{first['index']}); "
-                                f"{found.get('note')}")
-        elif outcome.shared:
-            narrowed["note"] = (f"pinned: {pinned['op']} is the only op that computes among both the fused kernel's "
-                                f"candidates and those of the run with one kernel per op; {found.get('note')}")
-        elif pinned["index"] != found["index"] or len(found.get("candidates") or []) > 1:
-            narrowed["note"] = (f"pinned: with one kernel per op, {pinned['op']} is the only candidate that computes "
-                                f"(the others only move values); {found.get('note')}")
-        return dict(report, first_divergence=narrowed)
-    if outcome.result == "narrowed":
-        if not outcome.shared:
-            return dict(report, first_divergence=dict(found, narrowing=narrowing))
+        return _annotate(outcome, narrowing, _vanished_note(effect))
+    assert unfused is not None and found is not None
+    if judgement.result in ("pinned", "earlier"):
+        assert judgement.pinned is not None
+        pinned = Site.from_json(judgement.pinned)
+        narrowing.update(pinned_by=judgement.pinned_by, unfused_candidates=found.get("candidates"))
+        note = unfused.note
+        if judgement.result == "earlier":
+            note = (f"with one kernel per op the difference shows earlier, at {pinned.op}: the fused "
+                    f"run carried it within the tolerance until {first.site.op} (#{first.site.index}); {unfused.note}")
+        elif judgement.shared:
+            note = (f"pinned: {pinned.op} is the only op that computes among both the fused kernel's "
+                    f"candidates and those of the run with one kernel per op; {unfused.note}")
+        elif pinned.index != unfused.site.index or len(unfused.candidates) > 1:
+            note = (f"pinned: with one kernel per op, {pinned.op} is the only candidate that computes "
+                    f"(the others only move values); {unfused.note}")
+        narrowed = replace(unfused, site=pinned, path=_path(records, pinned, unfused.path),
+                           candidates=(pinned,), pinned_by=judgement.pinned_by, narrowing=narrowing, note=note)
+        return replace(outcome, first_divergence=narrowed)
+    if judgement.result == "narrowed":
+        if not judgement.shared:
+            return replace(outcome, first_divergence=replace(unfused, narrowing=narrowing))
         # Only the ops both runs hold as candidates; named as the unfused run names them, else the
         # last of them (as a fused verdict names the last op of its kernel).
-        kept = [c for c in found.get("candidates") or [] if c["index"] in outcome.computing]
-        named = next((c for c in kept if c["index"] == found["index"]), kept[-1])
-        named_record = records.get(named["index"], {})
-        narrowed = dict(found, **{k: named.get(k) for k in ("op", "index", "source", "module", "code")},
-                        path=named_record.get("path", found.get("path")), candidates=kept, narrowing=narrowing,
-                        note=(f"with one kernel per op the difference shows at {found['op']} ({found['source']}); "
-                              f"{len(kept)} computing ops are candidates of both runs"))
-        return dict(report, first_divergence=narrowed)
+        kept = tuple(c for c in unfused.candidates if c.index in judgement.computing)
+        named = next((c for c in kept if c.index == unfused.site.index), kept[-1])
+        narrowed = replace(unfused, site=named, path=_path(records, named, unfused.path),
+                           candidates=kept, narrowing=narrowing,
+                           note=(f"with one kernel per op the difference shows at {unfused.site.op} "
+                                 f"({unfused.site.source}); {len(kept)} computing ops are candidates of both runs"))
+        return replace(outcome, first_divergence=narrowed)
     narrowing.update(unfused_first_divergence=found)
-    return _annotate(report, narrowing, f"with one kernel per op the first divergence is {found['op']} at "
-                     f"{found['source']} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
+    return _annotate(outcome, narrowing, f"with one kernel per op the first divergence is {unfused.site.op} at "
+                     f"{unfused.site.source} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
+
+
+def _path(records: dict[int, dict[str, Any]], site: Site, default: str | None) -> str | None:
+    """The file of A's record at `site` (the op now named), else `default`."""
+    record = records.get(site.index) if site.index is not None else None
+    return (record or {}).get("path", default)
 
 
 def _fusion_effect(first: dict[str, Any], run_a: RunResult, float64_trace: Path, recorded: bool, script: Path,
@@ -229,10 +229,7 @@ def _fusion_effect(first: dict[str, Any], run_a: RunResult, float64_trace: Path,
     if not recorded:
         echo("tracediff: the runs match without fusion; re-running the reference in float64 to tell precision "
              "from a wrong result")
-        run = record(
-            script, script_args, backend=run_a.backend, trace=float64_trace, seed=config.seed, exact=config.exact,
-            fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=True,
-        )
+        run = record(script, script_args, Recording.of(config, run_a.backend, float64=True), float64_trace, echo)
         if run.failure():
             return FusionEffect("unknown", None, None, f"the float64 run failed ({run.failure()})")
     try:
@@ -252,6 +249,7 @@ def _vanished_note(effect: FusionEffect) -> str:
     return f"{known}; precision or wrong result cannot be told ({effect.reason}); candidates are the fused ops"
 
 
-def _annotate(report: dict[str, Any], narrowing: dict[str, Any], note: str) -> dict[str, Any]:
-    first = dict(report["first_divergence"], narrowing=narrowing)
-    return dict(report, first_divergence=first, notes=[*report.get("notes", []), note])
+def _annotate(outcome: Outcome, narrowing: dict[str, Any], note: str) -> Outcome:
+    assert outcome.first_divergence is not None
+    return replace(outcome, first_divergence=replace(outcome.first_divergence, narrowing=narrowing),
+                   notes=(*outcome.notes, note))

@@ -7,8 +7,8 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.decide import decide, unreadable
@@ -16,8 +16,9 @@ from tracediff.diff.determinism import with_advice
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError, interrupt_keeps
-from tracediff.launch.launcher import check_script, new_run_dir, record_in_subprocess, trace_name
-from tracediff.outcome import RunResult
+from tracediff.launch.launcher import Recording, check_script, new_run_dir, record_in_subprocess, trace_name
+from tracediff.outcome import Outcome, RunResult, Verdict
+from tracediff.outputs import check_file
 from tracediff.record.backends import resolve_backend
 from tracediff.report.text import render_text
 from tracediff.run import backend_source
@@ -66,6 +67,17 @@ def check_custom_backend_module(spec: str, script: str) -> None:
         raise UserError(f"backend {spec!r}: {found.origin} defines no {name!r} at top level")
 
 
+def record_script(script: str, script_args: list[str], backend: str | None, config: Config, output: Path,
+                  float64: bool, echo: Callable[[str], None]) -> RunResult:
+    """`tracediff record`: one run of the script under the recorder, written to `output`. On Ctrl-C it
+    raises Interrupted naming the partial trace."""
+    path = check_script(script)
+    if backend:
+        check_backend(backend, script)
+    check_file(str(output), "-o")
+    return record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64), output, echo)
+
+
 def run_and_diff(
     script: str,
     script_args: list[str],
@@ -76,7 +88,7 @@ def run_and_diff(
     narrow_fused: bool = True,
     calibrate: bool = False,
     sample: AlignmentSample | None = None,
-) -> dict[str, Any]:
+) -> Outcome:
     """Run both backends, diff, and write traces + report into the run directory.
 
     calibrate: also record A's backend with float64 math and judge differences against the noise it shows.
@@ -90,14 +102,14 @@ def run_and_diff(
 
 def _run_and_diff(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
                   echo: Callable[[str], None], narrow_fused: bool, calibrate: bool,
-                  sample: AlignmentSample | None) -> dict[str, Any]:
+                  sample: AlignmentSample | None) -> Outcome:
     reference = record_run(path, script_args, backends[0], run_dir / f"{trace_name('a', backends[0])}.jsonl", config, echo)
     return run_against(reference, path, script_args, backends[1], config, run_dir, echo, narrow_fused, calibrate, sample)
 
 
 def run_against(reference: RunResult, path: Path, script_args: list[str], backend: str, config: Config, run_dir: Path,
                 echo: Callable[[str], None], narrow_fused: bool = True, calibrate: bool = False,
-                sample: AlignmentSample | None = None) -> dict[str, Any]:
+                sample: AlignmentSample | None = None) -> Outcome:
     """Record `backend` and diff it against a recorded reference run: the second half of `run`.
 
     Apart from `run` itself, the localization benchmark uses it to diff many
@@ -113,23 +125,19 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
             raise UserError(f"--calibrate: the float64 re-run failed ({noise_run.failure()}); run without --calibrate")
         noise_trace = noise_run.trace
     runs = [reference, run_b]
-    report = compare_runs(reference, run_b, config, echo, noise_trace, sample)
-    if narrow_fused and needs_narrowing(report, run_b.trace) and reference.backend != backend:
-        report = narrow(report, runs, path, script_args, config, run_dir, echo)
-    report["run_dir"] = str(run_dir)
-    report["script"] = str(path)
-    write_report(report, run_dir)
-    return report
+    outcome = compare_runs(reference, run_b, config, echo, noise_trace, sample)
+    if narrow_fused and needs_narrowing(outcome, run_b.trace) and reference.backend != backend:
+        outcome = narrow(outcome, runs, path, script_args, config, run_dir, echo)
+    outcome = replace(outcome, run_dir=str(run_dir), script=str(path))
+    write_report(outcome, run_dir)
+    return outcome
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
                echo: Callable[[str], None], label: str = "", float64: bool = False) -> RunResult:
     """Record one run of the script; a backend that cannot even start is a usage error."""
     echo(f"tracediff: recording {path} with backend {backend}{label} -> {trace}")
-    result = record_in_subprocess(
-        path, script_args, backend=backend, trace=trace, seed=config.seed, exact=config.exact,
-        fallback_random=config.fallback_random, timeout=config.timeout, echo=echo, float64=float64,
-    )
+    result = record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64), trace, echo)
     if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import: said once, as the error
         raise UserError(result.failure() or f"backend {backend}: bad usage")
     echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
@@ -137,7 +145,7 @@ def record_run(path: Path, script_args: list[str], backend: str, trace: Path, co
 
 
 def compare_runs(run_a: RunResult, run_b: RunResult, config: Config, echo: Callable[[str], None],
-                 noise_trace: Path | None = None, sample: AlignmentSample | None = None) -> dict[str, Any]:
+                 noise_trace: Path | None = None, sample: AlignmentSample | None = None) -> Outcome:
     """Diff two recorded runs into a report; two runs of one backend get determinism advice."""
     traces = [str(run_a.trace), str(run_b.trace)]
     same_backend = run_a.backend is not None and run_a.backend == run_b.backend
@@ -150,10 +158,11 @@ def compare_runs(run_a: RunResult, run_b: RunResult, config: Config, echo: Calla
         outcome = unreadable(traces, [run_a, run_b], str(e))
     if same_backend:
         outcome = with_advice(outcome, str(run_a.backend), config.seed)
-    return outcome.to_json()
+    return outcome
 
 
-def write_report(report: dict[str, Any], run_dir: Path) -> None:
+def write_report(outcome: Outcome, run_dir: Path) -> None:
+    report = outcome.to_json()
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (run_dir / "report.txt").write_text(render_text(report), encoding="utf-8")
 
@@ -165,26 +174,26 @@ def bisect_script(
     config: Config,
     out_dir: str | None,
     echo: Callable[[str], None],
-) -> dict[str, Any]:
+) -> Outcome:
     """Diff eager against `backend`; if they diverge, bisect the compiler stage responsible."""
 
-    report = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
-    if report["verdict"] == "match":
-        report["notes"] = [*report.get("notes", []), f"no divergence between eager and {backend}: nothing to bisect"]
-    if report["verdict"] != "diverged":
-        return report
-    run_dir = Path(report["run_dir"])
+    outcome = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
+    if outcome.verdict is Verdict.MATCH:
+        outcome = replace(outcome, notes=(*outcome.notes, f"no divergence between eager and {backend}: nothing to bisect"))
+    if outcome.verdict is not Verdict.DIVERGED:
+        return outcome
+    run_dir = Path(str(outcome.run_dir))
     with interrupt_keeps(f"the traces and report of eager vs {backend} are in {run_dir}; the bisection was cut short"):
-        return _bisect(report, script, script_args, backend, config, run_dir, echo)
+        return _bisect(outcome, script, script_args, backend, config, run_dir, echo)
 
 
-def _bisect(report: dict[str, Any], script: str, script_args: list[str], backend: str, config: Config,
-            run_dir: Path, echo: Callable[[str], None]) -> dict[str, Any]:
-    from tracediff.bisect.compiler import bisect_report, run_bisection
+def _bisect(outcome: Outcome, script: str, script_args: list[str], backend: str, config: Config,
+            run_dir: Path, echo: Callable[[str], None]) -> Outcome:
+    from tracediff.bisect.compiler import bisected, run_bisection
 
     echo(f"tracediff: bisecting {backend} with torch's CompilerBisector (one recorded run per step)")
-    reference = Path(report["traces"][0])  # the eager trace just recorded
+    reference = Path(outcome.traces[0])  # the eager trace just recorded
     result, log = run_bisection(check_script(script), script_args, backend, reference, config, run_dir, echo)
-    report = bisect_report(report, result, log)
-    write_report(report, run_dir)
-    return report
+    outcome = bisected(outcome, result, log)
+    write_report(outcome, run_dir)
+    return outcome

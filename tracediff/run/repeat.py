@@ -11,30 +11,32 @@ Every comparison is summarized under `repeat`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
 from tracediff.errors import interrupt_keeps
 from tracediff.launch.launcher import check_script, new_run_dir, trace_name
-from tracediff.outcome import RunResult
+from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.report.text import describe_comparison
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.pipeline import compare_runs, record_run, write_report
 
 
-def _summary(report: dict[str, Any], backends: list[str], runs: list[int]) -> dict[str, Any]:
-    first = report.get("first_divergence")
+def _summary(outcome: Outcome, backends: list[str], runs: list[int]) -> dict[str, Any]:
+    first = outcome.first_divergence
     return {
         "backends": backends,
         "runs": runs,
-        "traces": report["traces"],
-        "verdict": report["verdict"],
-        "exit_code": report["exit_code"],
+        "traces": list(outcome.traces),
+        "verdict": outcome.verdict.value,
+        "exit_code": outcome.exit_code,
         "first_divergence": None if not first else {
-            k: first.get(k) for k in ("kind", "op", "index", "source", "module", "rel_diff")
+            "kind": first.cause.kind, "op": first.site.op, "index": first.site.index, "source": first.site.source,
+            "module": first.site.module, "rel_diff": first.rel_diff,
         },
-        "cause": (report.get("determinism") or {}).get("cause"),
+        "cause": (outcome.determinism or {}).get("cause"),
     }
 
 
@@ -47,7 +49,7 @@ def run_repeated(
     out_dir: str | None,
     echo: Callable[[str], None],
     narrow_fused: bool = True,
-) -> dict[str, Any]:
+) -> Outcome:
     path = check_script(script)
     run_dir = new_run_dir(out_dir)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
@@ -55,7 +57,7 @@ def run_repeated(
 
 
 def _run_repeated(path: Path, script_args: list[str], backends: list[str], repeat: int, config: Config,
-                  run_dir: Path, echo: Callable[[str], None], narrow_fused: bool) -> dict[str, Any]:
+                  run_dir: Path, echo: Callable[[str], None], narrow_fused: bool) -> Outcome:
     unique = list(dict.fromkeys(backends))
     runs: dict[str, list[RunResult]] = {}
     for backend in unique:
@@ -64,13 +66,13 @@ def _run_repeated(path: Path, script_args: list[str], backends: list[str], repea
                        label=f" (run {k} of {repeat})")
             for k in range(1, repeat + 1)
         ]
-    compared: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    compared: list[tuple[dict[str, Any], Outcome]] = []
     for backend in unique:
         for k, other in enumerate(runs[backend][1:], start=2):
-            report = compare_runs(runs[backend][0], other, config, echo)
-            compared.append((_summary(report, [backend, backend], [1, k]), report))
+            outcome = compare_runs(runs[backend][0], other, config, echo)
+            compared.append((_summary(outcome, [backend, backend], [1, k]), outcome))
             echo(f"tracediff: {describe_comparison(compared[-1][0])}")
-    cross: dict[str, Any] | None = None
+    cross: Outcome | None = None
     if len(unique) == 2:
         pair = [runs[unique[0]][0], runs[unique[1]][0]]
         cross = compare_runs(pair[0], pair[1], config, echo)
@@ -79,9 +81,9 @@ def _run_repeated(path: Path, script_args: list[str], backends: list[str], repea
         compared.append((_summary(cross, unique, [1, 1]), cross))
         echo(f"tracediff: {describe_comparison(compared[-1][0])}")
 
-    chosen = next((r for _, r in compared if r["verdict"] == "failed"), None) \
-        or next((r for _, r in compared if r["verdict"] == "diverged"), None) \
+    chosen = next((o for _, o in compared if o.verdict is Verdict.FAILED), None) \
+        or next((o for _, o in compared if o.verdict is Verdict.DIVERGED), None) \
         or cross or compared[0][1]
-    report = dict(chosen, repeat=[entry for entry, _ in compared], repeat_count=repeat, run_dir=str(run_dir))
-    write_report(report, run_dir)
-    return report
+    outcome = replace(chosen, repeat=tuple(entry for entry, _ in compared), repeat_count=repeat, run_dir=str(run_dir))
+    write_report(outcome, run_dir)
+    return outcome
