@@ -341,18 +341,14 @@ def diff(trace_a: str, trace_b: str, noise_trace: str | None, rtol: float | None
       tracediff diff golden.jsonl run.jsonl --html report.html --junit junit.xml
       tracediff diff golden.jsonl run.jsonl --noise golden-float64.jsonl
     """
-    from tracediff.diff.decide import decide
-    from tracediff.diff.engine import diff_traces
     from tracediff.diff.sample import AlignmentSample
     from tracediff.report.files import check_output_path, write_report_files
+    from tracediff.run.entry import diff_recordings
 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
-    if noise_trace is not None and not Path(noise_trace).is_file():
-        raise UserError(f"{noise_trace}: no such file")
     sample = AlignmentSample() if html else None
-    result = diff_traces(trace_a, trace_b, config, sample=sample, noise_trace=noise_trace)
-    report = decide(result, [trace_a, trace_b], config).to_json()
+    report = diff_recordings(trace_a, trace_b, config, noise_trace, sample).to_json()
     write_report_files(report, sample, html, junit, _echo_err)
     sys.exit(_emit(report, fmt))
 

@@ -122,7 +122,9 @@ _STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
 
 
 def _tensor_arguments(info: _OpInfo, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, bool, bool]]:
-    """(argument name, tensor, written, out buffer) for every tensor argument."""
+    """(argument name, tensor, written, out buffer) for every tensor argument. By hand, not with
+    torch.utils._pytree: an aten op's arguments nest one list deep at most, and pytree's
+    `tree_flatten_with_path` costs 20 to 25 times as much per op (bench/pytree_args.py: 44 us vs 1.8)."""
     found: list[tuple[str, torch.Tensor, bool, bool]] = []
     arguments = info.arguments
     for i, value in enumerate(args):

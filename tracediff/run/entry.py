@@ -1,10 +1,13 @@
-"""`tracediff run`'s one entry: which pipeline the options ask for, checked before anything runs."""
+"""The core of `tracediff run` and `tracediff diff`, one function each: the CLI parses and calls them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from tracediff.config import Config
+from tracediff.diff.decide import decide
+from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError
 from tracediff.outcome import Outcome
@@ -28,6 +31,15 @@ def run_script(script: str, script_args: list[str], backends: str, config: Confi
         return run_repeated(script, script_args, names, repeat or 2, config, out_dir, echo, narrow_fused=narrow_fused)
     return run_and_diff(script, script_args, names, config, out_dir, echo, narrow_fused=narrow_fused,
                         calibrate=calibrate, sample=sample)
+
+
+def diff_recordings(trace_a: str, trace_b: str, config: Config, noise_trace: str | None = None,
+                    sample: AlignmentSample | None = None) -> Outcome:
+    """`tracediff diff`: two recordings compared, A the reference; `noise_trace` a float64 re-run of A."""
+    if noise_trace is not None and not Path(noise_trace).is_file():
+        raise UserError(f"{noise_trace}: no such file")
+    result = diff_traces(trace_a, trace_b, config, sample=sample, noise_trace=noise_trace)
+    return decide(result, [trace_a, trace_b], config)
 
 
 def is_single_comparison(backends: str, repeat: int | None) -> bool:
