@@ -9,6 +9,7 @@ from pathlib import Path
 from tests.synth import TraceBuilder
 from tests.test_verdict import _chain
 from tracediff.config import Config
+from tracediff.launch.launcher import Recording
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "localize"))
 from rejudge import rejudge_file, saved_recordings  # noqa: E402
@@ -44,10 +45,10 @@ def test_a_saved_run_is_scored_with_the_code_checked_out_now(tmp_path: Path) -> 
 
 def test_a_recording_the_run_did_not_make_fails_with_its_reason(tmp_path: Path) -> None:
     record = saved_recordings(tmp_path)
-    missing = record(Path("target.py"), [], backend="inductor", trace=tmp_path / "c-inductor-unfused.jsonl")
+    missing = record(Path("target.py"), [], Recording("inductor"), tmp_path / "c-inductor-unfused.jsonl")
     assert missing.failure() is not None and "was not recorded" in missing.failure()
     (tmp_path / "c-inductor-unfused.jsonl").write_text("{}\n")
-    saved = record(Path("target.py"), [], backend="inductor", trace=Path("/elsewhere/c-inductor-unfused.jsonl"))
+    saved = record(Path("target.py"), [], Recording("inductor"), Path("/elsewhere/c-inductor-unfused.jsonl"))
     assert saved.ok and saved.trace == tmp_path / "c-inductor-unfused.jsonl"
 
 
