@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import PackageNotFoundError, version
 
 
+@functools.cache  # reading the metadata scans the installed distributions: about half a millisecond
 def package_version() -> str:
     try:
         return version("tracediff")

@@ -276,9 +276,10 @@ class TraceRecorder(TorchDispatchMode):
         """The tensor whose storage and version counter `t` shares (a view's base, what a `detach` or
         `alias` result was made from; None for a tensor of its own, or one whose owner died: it still
         shares the counter) and the entry keeping that storage's id and the writes its counter missed."""
-        base = t._base
-        if t._is_view() and base is not None:
-            return base, self._entry(base)
+        if t._is_view():  # before `_base`: this runs for every tensor of every op
+            base = t._base
+            if base is not None:
+                return base, self._entry(base)
         owner, owner_entry = _alias_owner(entry)
         return owner, entry if owner_entry is None else owner_entry
 
