@@ -18,8 +18,9 @@ def _first(op: str, cause: Cause = Cause.OUTPUT, **extra: object) -> Divergence:
 @pytest.mark.parametrize(
     "first, cause, needle",
     [
-        (_first("aten::empty.memory_format"), "uninitialized_memory", "torch.zeros"),
-        (_first("aten::add.Tensor", candidates=[{"op": "aten::empty_like", "source": "m.py:5", "module": None}]),
+        (_first("aten::empty.memory_format", Cause.UNINITIALIZED_MEMORY), "uninitialized_memory", "torch.zeros"),
+        (_first("aten::add.Tensor", Cause.UNINITIALIZED_MEMORY,
+                candidates=[{"op": "aten::empty_like", "source": "m.py:5", "module": None}]),
          "uninitialized_memory", "m.py:5"),
         (_first("aten::randn"), "random", "seeded torch, random and numpy with 0"),
         (_first("aten::bernoulli_.float"), "random", "generator"),

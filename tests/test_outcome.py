@@ -63,3 +63,18 @@ def test_a_run_that_left_no_readable_trace(tmp_path: Path) -> None:
     assert list(written) == ["verdict", "exit_code", "traces", "first_divergence", "runs", "notes"]
     assert written["verdict"] == "failed" and written["exit_code"] == 3
     assert list(written["runs"][0]) == ["backend", "failure", "returncode", "timed_out", "log", "output_tail"]
+
+
+def test_the_cause_is_decided_from_the_verdict_not_from_its_note() -> None:
+    """Uninitialized memory among the ops named, or an input no op of A made (a program input): causes of
+    their own for the determinism advice, written as `kind` "output" as before."""
+    from tracediff.diff.decide import divergence
+    from tracediff.diff.place import Place
+    from tracediff.diff.verdict import Divergence as Found
+
+    add, empty = Place(7, "aten::add.Tensor", "m.py:8", "Net"), Place(5, "aten::empty_like", "m.py:5", "Net")
+    garbage = divergence(Found("output", add, None, (empty, add), None, False, "any words"))
+    assert garbage.cause is Cause.UNINITIALIZED_MEMORY and garbage.to_json()["kind"] == "output"
+    given = divergence(Found("output", add, None, (add,), None, False, "any words", program_input=True))
+    assert given.cause is Cause.PROGRAM_INPUT and given.to_json()["kind"] == "output"
+    assert divergence(Found("nan", add, None, (add,), None, True, "")).cause is Cause.NAN

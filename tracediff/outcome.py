@@ -95,16 +95,18 @@ class Verdict(str, Enum):
 
 class Cause(str, Enum):
     """What the first divergence is. The JSON's `kind` says output, nan or structure; a program input
-    that differs before any op ran is an output difference there, told apart here for the advice."""
+    that differs before any op ran, and a value computed from uninitialized memory (`torch.empty`), are
+    output differences there, told apart here for the advice."""
 
     OUTPUT = "output"
     NAN = "nan"
     STRUCTURE = "structure"
     PROGRAM_INPUT = "program input"
+    UNINITIALIZED_MEMORY = "uninitialized memory"
 
     @property
     def kind(self) -> str:
-        return "output" if self is Cause.PROGRAM_INPUT else self.value
+        return "output" if self in (Cause.PROGRAM_INPUT, Cause.UNINITIALIZED_MEMORY) else self.value
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.place import draws_random
 from tracediff.diff.verdict import DiffResult
 from tracediff.diff.verdict import Divergence as Found
+from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, packet
 from tracediff.outcome import (
     Cause,
     Comparison,
@@ -53,9 +54,16 @@ def pinned_by(d: Found) -> str | None:
     return "value" if d.inputs_agree and d.observed is None else "position"
 
 
+def _cause(d: Found) -> Cause:
+    """An output difference made where uninitialized memory (`torch.empty`) is among the ops named reads
+    garbage; one whose input no op of A made is a program input."""
+    if d.kind == "output" and any(packet(p.op) in UNINITIALIZED_OUTPUT_OPS for p in (d.a, *d.candidates)):
+        return Cause.UNINITIALIZED_MEMORY
+    return Cause.PROGRAM_INPUT if d.program_input else Cause(d.kind)
+
+
 def divergence(d: Found) -> Divergence:
-    cause = Cause.PROGRAM_INPUT if d.program_input else Cause(d.kind)
-    return Divergence(cause, Site(d.a.op, d.a.index, d.a.source, d.a.module, d.a.code), _number(d.rel_diff),
+    return Divergence(_cause(d), Site(d.a.op, d.a.index, d.a.source, d.a.module, d.a.code), _number(d.rel_diff),
                       tuple(Site(**p.as_dict()) for p in d.candidates), pinned_by(d), d.a.path, d.inputs_agree,
                       d.may_start_earlier, d.note, Site(**d.observed.as_dict()) if d.observed else None,
                       Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None)

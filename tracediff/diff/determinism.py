@@ -67,8 +67,8 @@ def determinism_advice(first: Divergence | None, backend: str, seed: int | None)
         return {"backend": backend, "cause": None, "advice": []}
     named = first.site
     places = [named, *first.candidates]
-    uninit = next((p for p in places if p.op and _is_uninitialized_op(p.op)), None)
-    if uninit is not None:
+    if first.cause is Cause.UNINITIALIZED_MEMORY:
+        uninit = next((p for p in places if p.op and _is_uninitialized_op(p.op)), named)
         return {"backend": backend, "cause": "uninitialized_memory", "advice": [
             f"the program reads uninitialized memory from {uninit.op} (torch.empty and friends) at "
             f"{_where(uninit)}: its contents are whatever the allocator left there, different in every run",
