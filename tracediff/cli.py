@@ -183,9 +183,9 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
     result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err)
     failure = result.failure()
     if failure:
-        _echo_err(f"tracediff: {failure}; the trace up to that point is in {output}")
+        _echo_err(f"tracediff: {failure}; the trace up to that point is in {result.trace}")
         sys.exit(ExitCode.USAGE if result.returncode == ExitCode.USAGE else ExitCode.RUN_FAILED)
-    _echo_err(f"tracediff: wrote {output}")
+    _echo_err(f"tracediff: wrote {result.trace}")
 
 
 @cli.command()

@@ -60,3 +60,15 @@ def _probe(directory: Path, what: str) -> None:
             pass
     except OSError as e:
         raise UserError(f"{what}: cannot write in {directory} ({_reason(e)})") from None
+
+
+def rank_path(path: Path, environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
+    """`t.jsonl` -> `t.rank1.jsonl` in rank 1 of a distributed launch (torchrun sets RANK and WORLD_SIZE):
+    every rank writes a trace of its own. Unchanged outside one, or with one process."""
+    env = os.environ if environ is None else environ
+    if int(env.get("WORLD_SIZE", "1") or 1) <= 1:
+        return path
+    rank = int(env.get("RANK", "0") or 0)
+    name = path.name
+    stem, dot, suffixes = name.partition(".")
+    return path.with_name(f"{stem}.rank{rank}{dot}{suffixes}" if dot else f"{name}.rank{rank}")

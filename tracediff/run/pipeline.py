@@ -18,7 +18,7 @@ from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError, interrupt_keeps
 from tracediff.launch.launcher import Recording, check_script, new_run_dir, record_in_subprocess, trace_name
 from tracediff.outcome import Outcome, RunResult, Verdict
-from tracediff.outputs import check_file
+from tracediff.outputs import check_file, rank_path
 from tracediff.record.backends import resolve_backend
 from tracediff.report.text import render_text
 from tracediff.run import backend_source
@@ -69,11 +69,13 @@ def check_custom_backend_module(spec: str, script: str) -> None:
 
 def record_script(script: str, script_args: list[str], backend: str | None, config: Config, output: Path,
                   float64: bool, echo: Callable[[str], None]) -> RunResult:
-    """`tracediff record`: one run of the script under the recorder, written to `output`. On Ctrl-C it
-    raises Interrupted naming the partial trace."""
+    """`tracediff record`: one run of the script under the recorder, written to `output` (under torchrun,
+    `output` with the rank in its name: each rank writes its own). On Ctrl-C it raises Interrupted naming
+    the partial trace."""
     path = check_script(script)
     if backend:
         check_backend(backend, script)
+    output = rank_path(output)
     check_file(str(output), "-o")
     return record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64), output, echo)
 

@@ -1,0 +1,42 @@
+"""Distributed runs (torchrun): each rank recorded into a trace of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tracediff.outputs import rank_path
+from tracediff.trace.reader import Trace
+
+
+def test_a_rank_writes_a_trace_named_for_it() -> None:
+    launch = {"RANK": "1", "WORLD_SIZE": "2"}
+    assert rank_path(Path("out/t.jsonl"), launch) == Path("out/t.rank1.jsonl")
+    assert rank_path(Path("t.jsonl.gz"), launch) == Path("t.rank1.jsonl.gz")
+    assert rank_path(Path("trace"), launch) == Path("trace.rank1")
+    assert rank_path(Path("t.jsonl"), {"RANK": "0", "WORLD_SIZE": "1"}) == Path("t.jsonl")
+    assert rank_path(Path("t.jsonl"), {}) == Path("t.jsonl")
+
+
+@pytest.mark.slow
+def test_record_under_an_outside_torchrun_writes_one_trace_per_rank(tmp_path: Path) -> None:
+    """`torchrun ... -m tracediff.cli record`: users with their own launch scripts. Before, both ranks
+    wrote the same file, and it read back as broken JSON."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
+               "-m", "tracediff.cli", "record", str(FIXTURES / "ddp_step.py"), "--backend", "eager",
+               "-o", str(tmp_path / "t.jsonl")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        trace = Trace(tmp_path / f"t.rank{rank}.jsonl")
+        assert (trace.header["rank"], trace.header["world_size"]) == (rank, 2)
+        ops = [r["op"] for r in trace if r["t"] == "op"]
+        assert ops.count("c10d::allreduce_") == 2  # DDP's gradient bucket, and the script's own
+        assert not trace.truncated
+    assert not (tmp_path / "t.jsonl").exists()
