@@ -36,7 +36,28 @@ def test_record_under_an_outside_torchrun_writes_one_trace_per_rank(tmp_path: Pa
     for rank in (0, 1):
         trace = Trace(tmp_path / f"t.rank{rank}.jsonl")
         assert (trace.header["rank"], trace.header["world_size"]) == (rank, 2)
-        ops = [r["op"] for r in trace if r["t"] == "op"]
-        assert ops.count("c10d::allreduce_") == 2  # DDP's gradient bucket, and the script's own
+        ops = [r for r in trace if r["t"] == "op"]
+        reductions = [r for r in ops if r["op"] == "c10d::allreduce_"]
+        assert len(reductions) == 2  # DDP's gradient bucket, and the script's own
         assert not trace.truncated
+        # The script's all_reduce: what it was given is read; what it wrote is not, while in flight (gloo
+        # writes it from a thread of its own), and is a new value, which the `sum` after it reads.
+        given, = reductions[1]["in"]
+        wrote, = reductions[1]["out"]
+        assert given["fp"]["sum"] == 3.0 * (rank + 1) and wrote["fp"] is None and wrote["unread"]
+        assert (wrote["id"], wrote["v"]) != (given["id"], given["v"])
+        summed = next(r for r in ops if r["op"] == "aten::sum" and r["in"][0]["id"] == wrote["id"])
+        assert summed["in"][0]["v"] == wrote["v"] and summed["out"][0]["fp"]["sum"] == 9.0
+        # A functional collective's output is read once `wait_tensor` returns it, never before.
+        functional = next(r for r in ops if r["op"] == "_c10d_functional::all_reduce")
+        pending = functional["out"][0]["id"]
+        before_wait = [t for r in ops if r["op"] != "_c10d_functional::wait_tensor"
+                       for t in r["in"] if t["id"] == pending and r["i"] < _index_of_wait(ops, pending)]
+        assert before_wait and all(t["fp"] is None for t in before_wait)
+        waited = next(r for r in ops if r["op"] == "_c10d_functional::wait_tensor")
+        assert waited["out"][0]["id"] == pending and waited["out"][0]["fp"]["sum"] == 18.0
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def _index_of_wait(ops: list[dict], tensor: int) -> int:
+    return next(r["i"] for r in ops if r["op"] == "_c10d_functional::wait_tensor" and r["in"][0]["id"] == tensor)

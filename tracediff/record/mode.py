@@ -95,6 +95,11 @@ class _OpInfo:
     uninitialized: bool  # every output is uninitialized memory
     scratch_outputs: frozenset[str]  # names of outputs that are uninitialized scratch
     aliases_storage: bool  # returns its input's storage and version counter without being a view (detach)
+    # A collective that completes after it returns (its outputs cannot be read then): "work", c10d's
+    # (`allreduce_` returns a Work and writes its tensors in place without bumping their version
+    # counters); "functional" (`all_reduce` returns a tensor); "wait", the op completing those
+    # (`wait_tensor`); None for every other op.
+    collective: str | None = None
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
@@ -103,7 +108,17 @@ class _OpInfo:
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
                    schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
                    schema_name in UNINITIALIZED_OUTPUT_OPS,
-                   _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES)
+                   _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES,
+                   _collective(func))
+
+
+def _collective(func: Any) -> str | None:
+    """`_OpInfo.collective` of an op overload."""
+    if any("c10d.Work" in str(r.type) for r in func._schema.returns):
+        return "work"
+    if func.namespace == "_c10d_functional":
+        return "wait" if func._schema.name == "_c10d_functional::wait_tensor" else "functional"
+    return None
 
 
 _NO_ARG = ("", False, False)
@@ -193,6 +208,7 @@ class TraceRecorder(TorchDispatchMode):
         self.backward_sources = BackwardSources()
         self._tensor_ids: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self._next_tensor_id = 0
+        self._in_flight: set[int] = set()  # ids of functional collectives' outputs not yet waited for
         self._seq = 0
         self.ops = 0
         self.kernels = 0  # generated kernel launches: tells a run that ran inductor's code (narrowing)
@@ -239,8 +255,11 @@ class TraceRecorder(TorchDispatchMode):
         A view also names its base (`b`): a write through the view is a new value
         of the base's storage, which the diff's dataflow must follow. Views share
         their base's version counter, so the writes it missed are counted on the base.
+        A functional collective's output is not read until `wait_tensor` completes it.
         """
         entry = self._entry(t)
+        if take_fingerprint and entry[0] in self._in_flight:
+            take_fingerprint = False
         owner, storage = self._storage(t, entry)
         if written:
             storage[3] += 1
@@ -493,7 +512,12 @@ class TraceRecorder(TorchDispatchMode):
                 self._entry(result)[4] = (weakref.ref(source if owner is None else owner), storage)
             same_as = self._layout_view_fingerprint(info, inputs)
             returned = _output_tensors(result)
-            outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
+            if info.collective == "wait":
+                self._in_flight.difference_update(self._entry(t)[0] for _, t in returned)
+            if info.collective in ("work", "functional"):
+                outputs = self._pending_collective_outputs(info, returned, {id(t) for _, t, _, _ in tensor_args})
+            else:
+                outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
             if written:
                 outputs += self._unreturned_writes(tensor_args, {id(t) for _, t in returned}, written)
             if info.uninitialized or info.scratch_outputs:
@@ -504,6 +528,18 @@ class TraceRecorder(TorchDispatchMode):
         finally:
             self._internal = False
         return result
+
+    def _pending_collective_outputs(self, info: _OpInfo, returned: list[tuple[str, torch.Tensor]],
+                                    arguments: set[int]) -> list[dict[str, Any]]:
+        """The outputs of a collective still in flight: listed for dataflow, not read (a background thread
+        or the network may be writing them). A tensor the collective writes in place (an argument it
+        returns) gets a new value the version counter does not count, so the op that reads it after the
+        wait reads (and fingerprints) the new value, not the one the collective was given."""
+        outputs = [dict(self._describe(name, t, take_fingerprint=False, written=id(t) in arguments), unread=True)
+                   for name, t in returned]
+        if info.collective == "functional":  # in flight until `wait_tensor` returns it
+            self._in_flight.update(out["id"] for out in outputs)
+        return outputs
 
     def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
         source, fx, from_compiled_graph = self.sources.find(sys._getframe(2))
