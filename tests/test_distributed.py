@@ -61,3 +61,14 @@ def test_record_under_an_outside_torchrun_writes_one_trace_per_rank(tmp_path: Pa
 
 def _index_of_wait(ops: list[dict], tensor: int) -> int:
     return next(r["i"] for r in ops if r["op"] == "_c10d_functional::wait_tensor" and r["in"][0]["id"] == tensor)
+
+
+def test_the_launchers_bookkeeping_is_no_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun sets TORCHELASTIC_ERROR_FILE (a path per rank and launch), which every header diff of two
+    ranks or two launches showed as a difference."""
+    from tracediff.record.session import numeric_settings
+
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", "/tmp/torchelastic_x/attempt_0/1/error.json")
+    monkeypatch.setenv("TORCHINDUCTOR_FREEZING", "1")
+    env = numeric_settings()["env"]
+    assert "TORCHELASTIC_ERROR_FILE" not in env and env["TORCHINDUCTOR_FREEZING"] == "1"

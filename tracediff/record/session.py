@@ -67,9 +67,15 @@ def numeric_settings() -> dict[str, Any]:
             key: getattr(inductor_config, key, None)
             for key in ("fallback_random", "emulate_precision_casts", "max_autotune", "freezing", "cpp_wrapper")
         },
-        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TORCH", "TORCHINDUCTOR", "CUBLAS", "CUDA_"))},
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith(("TORCH", "CUBLAS", "CUDA_")) and not k.startswith(_LAUNCH_BOOKKEEPING)},
     }
     return settings
+
+
+# Environment the launcher sets per rank and per launch (torchrun's error file, run id, restart count):
+# it differs between any two runs and changes no number.
+_LAUNCH_BOOKKEEPING = ("TORCHELASTIC_",)
 
 
 class RecordingSession:
