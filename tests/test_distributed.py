@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 from tracediff.outputs import rank_path
-from tracediff.trace.reader import Trace
+from tracediff.trace.reader import Trace, read_footer
 
 
 def test_a_rank_writes_a_trace_named_for_it() -> None:
@@ -72,3 +72,31 @@ def test_the_launchers_bookkeeping_is_no_setting(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("TORCHINDUCTOR_FREEZING", "1")
     env = numeric_settings()["env"]
     assert "TORCHELASTIC_ERROR_FILE" not in env and env["TORCHINDUCTOR_FREEZING"] == "1"
+
+
+def _record(tmp_path: Path, *script_args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracediff.cli", "record", "--nproc-per-node", "2", "--backend",
+                           "eager", "-o", str(tmp_path / "t.jsonl"), "--timeout", "240",
+                           str(FIXTURES / "ddp_step.py"), "--", *script_args],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.mark.slow
+def test_record_launches_the_ranks_itself(tmp_path: Path) -> None:
+    done = _record(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"wrote {tmp_path / 't.rank0.jsonl'}, {tmp_path / 't.rank1.jsonl'}" in done.stderr
+    for rank in (0, 1):
+        trace = Trace(tmp_path / f"t.rank{rank}.jsonl")
+        assert (trace.header["rank"], trace.header["world_size"]) == (rank, 2) and not trace.truncated
+
+
+@pytest.mark.slow
+def test_a_rank_that_crashes_fails_the_run_naming_it_and_how_far_each_rank_got(tmp_path: Path) -> None:
+    done = _record(tmp_path, "--crash-rank", "1")
+    assert done.returncode == 3, done.stderr[-3000:]
+    failure = done.stderr.strip().splitlines()[-1]
+    assert "rank 1: the script raised RuntimeError: rank 1 fails on purpose" in failure, failure
+    assert "rank 0: " in failure and "rank 1: " in failure and "records" in failure
+    assert read_footer(tmp_path / "t.rank1.jsonl")["error"]["type"] == "RuntimeError"

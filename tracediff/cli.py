@@ -167,8 +167,10 @@ def cli() -> None:
 @click.option("--float64", is_flag=True, help="compute every floating op in float64: a noise reference for diff --noise")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="tracediff.yaml whose seed, exact, fallback_random and timeout apply [default: ./tracediff.yaml]")
+@click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="processes to launch with torch's elastic launcher (torchrun); each writes its rank's trace")
 def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int | None,
-           exact: bool | None, timeout: float | None, float64: bool, config_path: str | None) -> None:
+           exact: bool | None, timeout: float | None, float64: bool, config_path: str | None, nproc: int) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
     Options go before --, the script's own arguments after it.
@@ -176,16 +178,18 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
+      tracediff record ddp_train.py --nproc-per-node 2 -o run.jsonl   # run.rank0.jsonl, run.rank1.jsonl
     """
     from tracediff.run.pipeline import record_script
 
     config = _load_config(config_path, seed=seed, exact=exact, timeout=timeout)
-    result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err)
+    result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err, nproc)
+    written = ", ".join(map(str, result.rank_traces or (result.trace,)))
     failure = result.failure()
     if failure:
-        _echo_err(f"tracediff: {failure}; the trace up to that point is in {result.trace}")
+        _echo_err(f"tracediff: {failure}; the trace up to that point is in {written}")
         sys.exit(ExitCode.USAGE if result.returncode == ExitCode.USAGE else ExitCode.RUN_FAILED)
-    _echo_err(f"tracediff: wrote {result.trace}")
+    _echo_err(f"tracediff: wrote {written}")
 
 
 @cli.command()

@@ -27,6 +27,11 @@ class RunResult:
     elapsed_s: float
     error: dict[str, Any] | None = None  # the trace footer's `error`: what the script raised, if it did
     output_tail: tuple[str, ...] = ()  # the last lines the script printed (stdout and stderr, as relayed)
+    # Launched on several processes (torch's elastic launcher): each rank's trace, the first rank whose
+    # script raised, and how far every rank got ("rank 1: 98 records, cut off"), for a failed run.
+    rank_traces: tuple[Path, ...] = ()
+    failed_rank: int | None = None
+    rank_progress: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -37,7 +42,10 @@ class RunResult:
         if self.timed_out:
             return f"run with backend {self.backend} timed out after {self.elapsed_s:.0f} s"
         if self.returncode == ExitCode.RUN_FAILED:
-            return f"under backend {self.backend}, {_script_outcome(self.error, self.output_tail)} (see {self.log})"
+            rank = "" if self.failed_rank is None else f"rank {self.failed_rank}: "
+            progress = f"; {', '.join(self.rank_progress)}" if self.rank_progress else ""
+            return (f"under backend {self.backend}, {rank}{_script_outcome(self.error, self.output_tail)}"
+                    f"{progress} (see {self.log})")
         if self.returncode == ExitCode.USAGE:
             return _last_line(self.log)
         if self.returncode < 0:

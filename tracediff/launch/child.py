@@ -16,15 +16,19 @@ import os
 import runpy
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 from tracediff.errors import ExitCode, UserError
+from tracediff.outputs import rank_path
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tracediff.launch.child")
     parser.add_argument("--backend", default=None, help="backend name; omitted: as the script wrote it")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--per-rank", action="store_true",
+                        help="under torch's launcher: write --out with the rank in its name (t.rank1.jsonl)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-seed", action="store_true")
     parser.add_argument("--exact", action="store_true")
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
         upcast = Float64Upcast()  # entered before the recorder, so the recorder sees the program's ops
     session = RecordingSession(
-        options.out,
+        rank_path(Path(options.out)) if options.per_rank else options.out,
         backend=backend,
         seed=None if options.no_seed else options.seed,
         exact=options.exact,

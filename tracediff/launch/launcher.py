@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
-from tracediff.errors import Interrupted, UserError
+from tracediff.errors import ExitCode, Interrupted, UserError
 from tracediff.outcome import RunResult
-from tracediff.outputs import ensure_dir
+from tracediff.outputs import ensure_dir, rank_path
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
 TAIL_LINES = 6
@@ -41,16 +41,24 @@ def _output_tail(log: Path) -> tuple[str, ...]:
     return tuple(kept[-TAIL_LINES:])
 
 
-def _footer_error(trace: Path) -> dict[str, Any] | None:
-    """What the script raised, from the trace's footer; None if it raised nothing or the trace has no footer."""
+def _footer(trace: Path) -> dict[str, Any] | None:
+    """The trace's footer; None if it has none (cut off) or cannot be read."""
     from tracediff.trace.reader import read_footer
 
     try:
-        footer = read_footer(trace)
+        return read_footer(trace)
     except (OSError, UserError):
         return None
+
+
+def _error_of(footer: dict[str, Any] | None) -> dict[str, Any] | None:
     error = (footer or {}).get("error")
     return {k: error.get(k) for k in ("type", "message")} if isinstance(error, dict) else None
+
+
+def _footer_error(trace: Path) -> dict[str, Any] | None:
+    """What the script raised, from the trace's footer; None if it raised nothing or the trace has no footer."""
+    return _error_of(_footer(trace))
 
 
 def check_script(script: str) -> Path:
@@ -93,6 +101,7 @@ class Recording:
     float64: bool = False  # every floating op upcast (a noise reference)
     capture: tuple[int, ...] = ()  # record indices whose arguments to keep (`tracediff repro`)
     capture_out: Path | None = None  # where the captured arguments go
+    nproc: int = 1  # processes launched by torch's elastic launcher (torchrun), each writing its rank's trace
 
     @classmethod
     def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:
@@ -116,8 +125,16 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
     """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
     backend, timeout = recording.backend, recording.timeout
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
-    command = [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace), *recording.child_arguments(),
-               str(script), "--", *script_args]
+    child = [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace)]
+    ranks: tuple[Path, ...] = ()
+    if recording.nproc > 1:
+        # torch's own launcher, as `torchrun --standalone` (a rendezvous on a free local port): it stops
+        # every rank when one fails. Each child writes the trace of its rank.
+        child = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                 str(recording.nproc), "-m", "tracediff.launch.child", "--per-rank", "--out", str(trace)]
+        ranks = tuple(rank_path(trace, {"RANK": str(r), "WORLD_SIZE": str(recording.nproc)})
+                      for r in range(recording.nproc))
+    command = [*child, *recording.child_arguments(), str(script), "--", *script_args]
 
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     start = time.perf_counter()
@@ -139,8 +156,42 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
             raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {trace}") from None
         relay.join(timeout=5)
     failed = process.returncode != 0 or timed_out
-    return RunResult(backend, trace, log, process.returncode, timed_out, time.perf_counter() - start,
+    elapsed = time.perf_counter() - start
+    if ranks:
+        return _ranks_result(backend, trace, log, process.returncode, timed_out, elapsed, ranks)
+    return RunResult(backend, trace, log, process.returncode, timed_out, elapsed,
                      error=_footer_error(trace) if failed else None, output_tail=_output_tail(log) if failed else ())
+
+
+def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, timed_out: bool, elapsed: float,
+                  ranks: tuple[Path, ...]) -> RunResult:
+    """A run on several processes. The launcher exits 1 whatever a rank did: a rank whose script raised
+    (its footer says what) or whose trace was cut off makes it a failed run of the script. The rank named
+    is the one whose script raised first: the others often raise after it, their peer gone."""
+    if returncode == 0 or timed_out:
+        return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks)
+    progress = tuple(f"rank {r}: {_progress(path)}" for r, path in enumerate(ranks))
+    raised = [(footer.get("ended") or 0.0, r, _error_of(footer)) for r, footer in enumerate(map(_footer, ranks))
+              if footer is not None and footer.get("error")]
+    _, failed_rank, error = min(raised, key=lambda x: (x[0], x[1]), default=(0.0, None, None))
+    return RunResult(backend, trace, log, ExitCode.RUN_FAILED, timed_out, elapsed, error=error,
+                     output_tail=_output_tail(log), rank_traces=ranks, failed_rank=failed_rank,
+                     rank_progress=progress)
+
+
+def _progress(trace: Path) -> str:
+    """How far one rank got: its records, and whether its trace has a footer."""
+    from tracediff.trace.reader import Trace, read_footer
+
+    if not trace.is_file():
+        return "no trace"
+    try:
+        footer = read_footer(trace)
+        if footer is not None:
+            return f"{footer.get('records')} records, {'raised' if footer.get('error') else 'finished'}"
+        return f"{sum(1 for _ in Trace(trace))} records, cut off"
+    except (OSError, UserError):
+        return "an unreadable trace"
 
 
 def _relay(process: subprocess.Popen[str], log_file: object, echo: Callable[[str], None], backend: str | None) -> None:

@@ -192,6 +192,7 @@ class RecordingSession:
             "compile_calls": self.redirect.compile_calls,
             "dropped_compile_options": self.redirect.dropped_options,
             "elapsed_s": round(time.perf_counter() - self._started, 3),
+            "ended": round(time.time(), 3),  # wall clock: which rank of a distributed run failed first
             # Forked children that ran ops: their ops are not in this trace (record/fork.py).
             "child_processes": self.forks.children,
             "error": error,

@@ -68,16 +68,19 @@ def check_custom_backend_module(spec: str, script: str) -> None:
 
 
 def record_script(script: str, script_args: list[str], backend: str | None, config: Config, output: Path,
-                  float64: bool, echo: Callable[[str], None]) -> RunResult:
-    """`tracediff record`: one run of the script under the recorder, written to `output` (under torchrun,
-    `output` with the rank in its name: each rank writes its own). On Ctrl-C it raises Interrupted naming
-    the partial trace."""
+                  float64: bool, echo: Callable[[str], None], nproc: int = 1) -> RunResult:
+    """`tracediff record`: one run of the script under the recorder, written to `output`. Each rank of a
+    distributed run writes `output` with its rank in the name: under an outside torchrun, or on `nproc`
+    processes launched here by torch's launcher. On Ctrl-C it raises Interrupted naming the partial trace."""
     path = check_script(script)
     if backend:
         check_backend(backend, script)
+    if nproc > 1 and rank_path(output) != output:
+        raise UserError("--nproc-per-node launches the ranks itself: run it outside torchrun")
     output = rank_path(output)
     check_file(str(output), "-o")
-    return record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64), output, echo)
+    recording = Recording.of(config, backend, float64=float64, nproc=nproc)
+    return record_in_subprocess(path, script_args, recording, output, echo)
 
 
 def run_and_diff(

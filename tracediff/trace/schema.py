@@ -27,6 +27,7 @@ kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fu
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
          "kernels": n (generated kernel launches recorded: the run executed inductor's code),
          "compile_calls": n, "error": null | {"type", "message", "traceback"},
+         "elapsed_s": seconds, "ended": epoch seconds (which rank of a distributed run failed first),
          "local_modules": [{"name", "file"}...] (modules imported from the script's folder;
          `tracediff repro` copies them beside the repro),
          "child_processes": n (forked children that ran ops; never recorded, record/fork.py)}
@@ -182,6 +183,7 @@ class Footer(TypedDict, total=False):
     compile_calls: int
     dropped_compile_options: list[str]
     elapsed_s: float
+    ended: float  # the wall-clock time (epoch seconds) the recording ended
     child_processes: int
     error: ScriptError | None
     local_modules: list[dict[str, str]]
