@@ -100,3 +100,30 @@ def test_a_rank_that_crashes_fails_the_run_naming_it_and_how_far_each_rank_got(t
     assert "rank 1: the script raised RuntimeError: rank 1 fails on purpose" in failure, failure
     assert "rank 0: " in failure and "rank 1: " in failure and "records" in failure
     assert read_footer(tmp_path / "t.rank1.jsonl")["error"]["type"] == "RuntimeError"
+
+
+@pytest.mark.slow
+def test_a_rank_that_hangs_fails_the_run_at_the_timeout_and_leaves_no_process(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "tracediff.cli", "record", "--nproc-per-node", "2", "--backend",
+                           "eager", "-o", str(tmp_path / "t.jsonl"), "--timeout", "25",
+                           str(FIXTURES / "ddp_step.py"), "--", "--hang-rank", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 3, done.stderr[-3000:]
+    failure = done.stderr.strip().splitlines()[-1]
+    assert "timed out after" in failure and "rank 0: " in failure and "rank 1: " in failure, failure
+    left = _processes_mentioning(str(tmp_path))
+    assert not left, f"processes left behind: {left}"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain `text` (Linux: /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command:
+            found.append(command)
+    return found

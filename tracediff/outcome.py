@@ -40,7 +40,8 @@ class RunResult:
     def failure(self) -> str | None:
         """One line on why this run failed, or None."""
         if self.timed_out:
-            return f"run with backend {self.backend} timed out after {self.elapsed_s:.0f} s"
+            progress = f" ({', '.join(self.rank_progress)})" if self.rank_progress else ""
+            return f"run with backend {self.backend} timed out after {self.elapsed_s:.0f} s{progress}"
         if self.returncode == ExitCode.RUN_FAILED:
             rank = "" if self.failed_rank is None else f"rank {self.failed_rank}: "
             progress = f"; {', '.join(self.rank_progress)}" if self.rank_progress else ""

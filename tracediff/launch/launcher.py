@@ -29,6 +29,9 @@ from tracediff.outputs import ensure_dir, rank_path
 TAIL_LINES = 6
 # Seconds a run has to stop after Ctrl-C is passed on to it (its trace gets a footer) before it is killed.
 INTERRUPT_GRACE_S = 5.0
+# Seconds torch's elastic launcher has, once told to stop (SIGTERM), to stop its ranks: they run in
+# sessions of their own, out of reach of a signal to the launcher's process group.
+LAUNCHER_GRACE_S = 30.0
 
 
 def _output_tail(log: Path) -> tuple[str, ...]:
@@ -150,9 +153,9 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(process)
+            _kill_group(process, launcher=bool(ranks))
         except KeyboardInterrupt:
-            _interrupt_group(process)
+            _interrupt_group(process, launcher=bool(ranks))
             raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {trace}") from None
         relay.join(timeout=5)
     failed = process.returncode != 0 or timed_out
@@ -168,9 +171,12 @@ def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, 
     """A run on several processes. The launcher exits 1 whatever a rank did: a rank whose script raised
     (its footer says what) or whose trace was cut off makes it a failed run of the script. The rank named
     is the one whose script raised first: the others often raise after it, their peer gone."""
-    if returncode == 0 or timed_out:
+    if returncode == 0:
         return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks)
     progress = tuple(f"rank {r}: {_progress(path)}" for r, path in enumerate(ranks))
+    if timed_out:
+        return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks,
+                         rank_progress=progress)
     raised = [(footer.get("ended") or 0.0, r, _error_of(footer)) for r, footer in enumerate(map(_footer, ranks))
               if footer is not None and footer.get("error")]
     _, failed_rank, error = min(raised, key=lambda x: (x[0], x[1]), default=(0.0, None, None))
@@ -201,7 +207,7 @@ def _relay(process: subprocess.Popen[str], log_file: object, echo: Callable[[str
         echo(f"[{backend or 'as-written'}] {line.rstrip()}")
 
 
-def _interrupt_group(process: subprocess.Popen[str]) -> None:
+def _interrupt_group(process: subprocess.Popen[str], launcher: bool = False) -> None:
     """Pass Ctrl-C on to the run's process group, so the script stops and its trace gets a footer; then kill
     whatever is left of the group (workers the script started included), also on a second Ctrl-C."""
     try:
@@ -210,11 +216,19 @@ def _interrupt_group(process: subprocess.Popen[str]) -> None:
     except (ProcessLookupError, subprocess.TimeoutExpired, KeyboardInterrupt):
         pass
     finally:
-        _kill_group(process)
+        _kill_group(process, launcher)
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
+def _kill_group(process: subprocess.Popen[str], launcher: bool = False) -> None:
+    """Kill the run's process group. `launcher`: the run is torch's elastic launcher, whose ranks are in
+    sessions of their own; it is told to stop them first (SIGTERM), and killed if it has not in time."""
     try:
+        if launcher and process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=LAUNCHER_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
