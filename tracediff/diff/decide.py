@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from tracediff.config import Config
@@ -84,9 +85,8 @@ def _run(run: RunResult | None, footer: dict[str, Any] | None, truncated: bool, 
                          tuple(sorted(set(footer.get("dropped_compile_options") or ()))), has_process=run is not None)
     if run is None:
         return summary
-    return RunSummary(summary.backend, summary.failure, summary.complete, summary.ops, summary.compile_calls,
-                      summary.error, summary.dropped_compile_options, run.returncode, run.timed_out,
-                      round(run.elapsed_s, 2), str(run.log), tuple(run.output_tail))
+    return replace(summary, returncode=run.returncode, timed_out=run.timed_out, elapsed_s=round(run.elapsed_s, 2),
+                   log=str(run.log), output_tail=tuple(run.output_tail))
 
 
 def decide(result: DiffResult, traces: Sequence[str], config: Config,

@@ -173,11 +173,12 @@ def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, 
     is the one whose script raised first: the others often raise after it, their peer gone."""
     if returncode == 0:
         return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks)
-    progress = tuple(f"rank {r}: {_progress(path)}" for r, path in enumerate(ranks))
+    footers = [_footer(path) for path in ranks]  # None: cut off, or no trace at all
+    progress = tuple(f"rank {r}: {_progress(path, footer)}" for r, (path, footer) in enumerate(zip(ranks, footers)))
     if timed_out:
         return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks,
                          rank_progress=progress)
-    raised = [(footer.get("ended") or 0.0, r, _error_of(footer)) for r, footer in enumerate(map(_footer, ranks))
+    raised = [(footer.get("ended") or 0.0, r, _error_of(footer)) for r, footer in enumerate(footers)
               if footer is not None and footer.get("error")]
     _, failed_rank, error = min(raised, key=lambda x: (x[0], x[1]), default=(0.0, None, None))
     return RunResult(backend, trace, log, ExitCode.RUN_FAILED, timed_out, elapsed, error=error,
@@ -185,16 +186,15 @@ def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, 
                      rank_progress=progress)
 
 
-def _progress(trace: Path) -> str:
-    """How far one rank got: its records, and whether its trace has a footer."""
-    from tracediff.trace.reader import Trace, read_footer
+def _progress(trace: Path, footer: dict[str, Any] | None) -> str:
+    """How far one rank got: its records, and whether its trace (`footer`: its footer, if any) has a footer."""
+    from tracediff.trace.reader import Trace
 
+    if footer is not None:
+        return f"{footer.get('records')} records, {'raised' if footer.get('error') else 'finished'}"
     if not trace.is_file():
         return "no trace"
     try:
-        footer = read_footer(trace)
-        if footer is not None:
-            return f"{footer.get('records')} records, {'raised' if footer.get('error') else 'finished'}"
         return f"{sum(1 for _ in Trace(trace))} records, cut off"
     except (OSError, UserError):
         return "an unreadable trace"
