@@ -38,12 +38,12 @@ def test_record_under_an_outside_torchrun_writes_one_trace_per_rank(tmp_path: Pa
         assert (trace.header["rank"], trace.header["world_size"]) == (rank, 2)
         ops = [r for r in trace if r["t"] == "op"]
         reductions = [r for r in ops if r["op"] == "c10d::allreduce_"]
-        assert len(reductions) == 2  # DDP's gradient bucket, and the script's own
+        assert len(reductions) == 3  # DDP's gradient bucket in each of two steps, and the script's own
         assert not trace.truncated
         # The script's all_reduce: what it was given is read; what it wrote is not, while in flight (gloo
         # writes it from a thread of its own), and is a new value, which the `sum` after it reads.
-        given, = reductions[1]["in"]
-        wrote, = reductions[1]["out"]
+        given, = reductions[-1]["in"]
+        wrote, = reductions[-1]["out"]
         assert given["fp"]["sum"] == 3.0 * (rank + 1) and wrote["fp"] is None and wrote["unread"]
         assert (wrote["id"], wrote["v"]) != (given["id"], given["v"])
         summed = next(r for r in ops if r["op"] == "aten::sum" and r["in"][0]["id"] == wrote["id"])

@@ -257,12 +257,15 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
 @click.option("--calibrate", is_flag=True,
               help="also record the reference with float64 math and judge each difference against the "
                    "reference's own error there (noise_factor x noise, at least the tolerance)")
+@click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="launch each backend on N ranks with torch's launcher (torchrun), compare rank by rank, "
+                   "and check that replicas stay identical across ranks; one backend: that check alone")
 @_tolerance_options
 @_FORMAT
 @_report_file_options
 def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
         timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
-        rtol: float | None, atol: float | None, config_path: str | None, strict_structure: bool | None,
+        nproc: int, rtol: float | None, atol: float | None, config_path: str | None, strict_structure: bool | None,
         exact: bool | None, fmt: str, html_path: str | None, junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
@@ -274,6 +277,8 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
       tracediff run train.py --backends eager,aot_eager --format json -- --steps 2
       tracediff run train.py --backends inductor --repeat 3     # is inductor deterministic?
       tracediff run train.py --html report.html --junit junit.xml
+      tracediff run ddp_train.py --backends eager,inductor --nproc-per-node 2
+      tracediff run ddp_train.py --backends inductor --nproc-per-node 2   # do my ranks stay in sync?
     """
     from tracediff.diff.sample import AlignmentSample
     from tracediff.report.files import check_output_path, write_report_files
@@ -282,9 +287,9 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random)
-    sample = AlignmentSample() if html and is_single_comparison(backends, repeat) else None
+    sample = AlignmentSample() if html and nproc == 1 and is_single_comparison(backends, repeat) else None
     outcome = run_script(script, list(script_args), backends, config, out_dir, _echo_err, repeat=repeat,
-                         calibrate=calibrate, narrow_fused=narrow, sample=sample)
+                         calibrate=calibrate, narrow_fused=narrow, sample=sample, nproc=nproc)
     report = outcome.to_json()  # the renderers read the JSON contract
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     write_report_files(report, sample, html, junit, _echo_err)

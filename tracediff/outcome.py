@@ -184,9 +184,13 @@ class Divergence:
     b: Site | None  # B's record there
     tensor: TensorEvidence | None
     narrowing: dict[str, Any] | None = None  # the re-run with one kernel per op (run/narrow.py)
+    # A distributed run: the rank whose trace `site` is in, and how the difference came there: "local"
+    # (made on that rank) or "collective" (a collective's result, made elsewhere).
+    rank: int | None = None
+    entered: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {"kind": self.cause.kind, "op": self.site.op, "index": self.site.index, "source": self.site.source,
+        out: dict[str, Any] = {"kind": self.cause.kind, "op": self.site.op, "index": self.site.index, "source": self.site.source,
                "module": self.site.module, "rel_diff": self.rel_diff,
                "candidates": [c.to_json() for c in self.candidates], "pinned_by": self.pinned_by,
                "code": self.site.code, "path": self.path, "inputs_agree": self.inputs_agree,
@@ -195,6 +199,8 @@ class Divergence:
                "b": self.b.to_json() if self.b else None, "tensor": self.tensor.to_json() if self.tensor else None}
         if self.narrowing is not None:
             out["narrowing"] = self.narrowing
+        if self.rank is not None:
+            out.update(rank=self.rank, entered=self.entered)
         return out
 
     @classmethod
@@ -204,7 +210,30 @@ class Divergence:
                    bool(d.get("inputs_agree")), bool(d.get("may_start_earlier")), d.get("note") or "",
                    Site.from_json(d["observed"]) if d.get("observed") else None,
                    Site.from_json(d["b"]) if d.get("b") else None,
-                   TensorEvidence.from_json(d["tensor"]) if d.get("tensor") else None, d.get("narrowing"))
+                   TensorEvidence.from_json(d["tensor"]) if d.get("tensor") else None, d.get("narrowing"),
+                   d.get("rank"), d.get("entered"))
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """One rank of a distributed comparison: rank R of run A against rank R of run B."""
+
+    rank: int
+    verdict: Verdict
+    traces: tuple[str, ...]
+    first_divergence: Divergence | None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "verdict": self.verdict.value, "traces": list(self.traces),
+                "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+                "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RankVerdict:
+        first = d.get("first_divergence")
+        return cls(d["rank"], Verdict(d["verdict"]), tuple(d.get("traces") or ()),
+                   Divergence.from_json(first) if first else None, tuple(d.get("notes") or ()))
 
 
 # The keys of a run's summary, in the report's order; a run that left no readable trace has only some.
@@ -293,6 +322,8 @@ class Outcome:
     bisect_steps: tuple[dict[str, Any], ...] | None = None
     oracle_calls: int | None = None
     bisected: bool = False  # the bisect keys are written (`bisect` may be null)
+    ranks: tuple[RankVerdict, ...] | None = None  # a distributed run: every rank's comparison
+    replicas: tuple[dict[str, Any], ...] | None = None  # a distributed run: each run's replica check
 
     @property
     def exit_code(self) -> int:
@@ -316,7 +347,9 @@ class Outcome:
                        exact=self.exact, notes=list(self.notes))
         optional = {"calibration": self.calibration, "determinism": self.determinism,
                     "repeat": list(self.repeat) if self.repeat is not None else None,
-                    "repeat_count": self.repeat_count, "run_dir": self.run_dir, "script": self.script}
+                    "repeat_count": self.repeat_count, "run_dir": self.run_dir, "script": self.script,
+                    "ranks": [r.to_json() for r in self.ranks] if self.ranks is not None else None,
+                    "replicas": list(self.replicas) if self.replicas is not None else None}
         out.update({k: v for k, v in optional.items() if v is not None})
         if self.bisected:
             out.update(bisect=self.bisect, bisect_steps=list(self.bisect_steps or ()), oracle_calls=self.oracle_calls)
@@ -340,4 +373,6 @@ class Outcome:
                    tuple(d["repeat"]) if d.get("repeat") is not None else None, d.get("repeat_count"),
                    d.get("run_dir"), d.get("script"), d.get("bisect"),
                    tuple(d["bisect_steps"]) if d.get("bisect_steps") is not None else None, d.get("oracle_calls"),
-                   bisected="bisect_steps" in d)
+                   bisected="bisect_steps" in d,
+                   ranks=tuple(RankVerdict.from_json(r) for r in d["ranks"]) if d.get("ranks") is not None else None,
+                   replicas=tuple(d["replicas"]) if d.get("replicas") is not None else None)

@@ -10,6 +10,7 @@ parent that is a regular file or a read-only file system still fails.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -72,3 +73,43 @@ def rank_path(path: Path, environ: dict[str, str] | os._Environ[str] | None = No
     name = path.name
     stem, dot, suffixes = name.partition(".")
     return path.with_name(f"{stem}.rank{rank}{dot}{suffixes}" if dot else f"{name}.rank{rank}")
+
+
+_RANK_FILE = re.compile(r"^(?P<stem>.+?)\.rank(?P<rank>\d+)(?P<rest>(\..*)?)$")
+
+
+def rank_set(path: Path) -> list[Path] | None:
+    """The per-rank traces a path stands for, rank 0 first; None for a single trace (a file that exists).
+
+    `t.jsonl` stands for `t.rank0.jsonl`, `t.rank1.jsonl`, ... where it does not exist itself; a directory
+    for the one set of per-rank traces in it (`tracediff record --nproc-per-node` writes one). UserError
+    when a directory holds several sets or a set misses a rank."""
+    if path.is_file():
+        return None
+    if path.is_dir():
+        sets: dict[tuple[str, str], dict[int, Path]] = {}
+        for child in sorted(path.iterdir()):
+            found = _RANK_FILE.match(child.name)
+            if found and child.is_file():
+                sets.setdefault((found["stem"], found["rest"]), {})[int(found["rank"])] = child
+        if not sets:
+            raise UserError(f"{path}: a directory with no per-rank traces (name.rank0.jsonl, ...) in it")
+        if len(sets) > 1:
+            names = ", ".join(str(path / f"{stem}{rest}") for stem, rest in sorted(sets))
+            raise UserError(f"{path}: holds several sets of per-rank traces; name one of: {names}")
+        (stem, rest), ranks = next(iter(sets.items()))
+    else:
+        stem, dot, rest = path.name.partition(".")
+        rest = dot + rest
+        ranks = {}
+        for child in sorted(path.parent.glob(f"{stem}.rank*{rest}")) if path.parent.is_dir() else ():
+            found = _RANK_FILE.match(child.name)
+            if found and found["stem"] == stem and found["rest"] == rest:
+                ranks[int(found["rank"])] = child
+        if not ranks:
+            return None
+        path = path.parent
+    missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    if missing:
+        raise UserError(f"{path / (stem + rest)}: the traces of rank(s) {', '.join(map(str, missing))} are missing")
+    return [ranks[r] for r in sorted(ranks)]

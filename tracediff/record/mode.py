@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import threading
 import weakref
@@ -35,6 +36,7 @@ from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
+from tracediff.record.spmd_args import group_size, scalar_digest
 from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
 from tracediff.trace.writer import TraceWriter
 
@@ -199,10 +201,13 @@ def _version(t: torch.Tensor) -> int | None:
 class TraceRecorder(TorchDispatchMode):
     """Records every dispatched op on real tensors to a `TraceWriter`."""
 
-    def __init__(self, writer: TraceWriter, *, exact: bool = False) -> None:
+    def __init__(self, writer: TraceWriter, *, exact: bool = False, spmd: bool | None = None) -> None:
         super().__init__()
         self.writer = writer
         self.exact = exact
+        # One rank of several (torchrun sets WORLD_SIZE): records carry what comparing ranks with each other
+        # needs (record/spmd_args.py). None: as the environment says.
+        self.spmd = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 if spmd is None else spmd
         self.modules = ModuleStack()
         self.sources = SourceFinder()
         self.backward_sources = BackwardSources()
@@ -565,6 +570,10 @@ class TraceRecorder(TorchDispatchMode):
         record["out"] = outputs
         if _has_nonfinite_scalar(args, kwargs):
             record["nfs"] = True  # e.g. masked_fill(mask, -inf): Inf on purpose, not a NaN origin
+        if self.spmd:
+            record["sa"] = scalar_digest(args, kwargs)
+            if info.collective in ("work", "functional"):
+                record["gs"] = group_size([a[0] for a in info.arguments], args, kwargs)
         if node is not None:
             record["bw"] = True
         self._emit(record)

@@ -29,9 +29,15 @@ def render_text(report: dict[str, Any]) -> str:
     lines: list[str] = []
     backends = [r.get("backend") for r in report.get("runs", [])]
     title = " vs ".join(str(b) for b in backends if b) or "A vs B"
-    lines.append(f"tracediff: {title}")
-    for label, path in zip("AB", report.get("traces", [])):
-        lines.append(f"  {label}: {path}")
+    one_run = report.get("replicas") is not None and report.get("ranks") is None
+    if one_run:  # one distributed run, its ranks compared with each other
+        lines.append(f"tracediff: the replicas of {len(report.get('traces', []))} ranks under {title}")
+        lines += [f"  rank {r}: {path}" for r, path in enumerate(report.get("traces", []))]
+    else:
+        lines.append(f"tracediff: {title}" + (f", rank by rank ({len(report['ranks'])} ranks)"
+                                              if report.get("ranks") else ""))
+        for label, path in zip("AB", report.get("traces", [])):
+            lines.append(f"  {label}: {path}")
     for label, run in zip("AB", report.get("runs", [])):
         lines += _render_failed_run(label, run)
     determinism = report.get("determinism")
@@ -53,6 +59,10 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
                          "the values they feed into agree")
 
+    if report.get("ranks"):
+        lines += _render_ranks(report["ranks"])
+    if report.get("replicas"):
+        lines += _render_replicas(report["replicas"])
     calibration = report.get("calibration")
     if calibration:
         lines.append(f"  calibrated: differences judged against max(tolerance, {calibration['factor']:g} x noise), "
@@ -87,6 +97,30 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _render_ranks(ranks: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "ranks (rank R of A against rank R of B):"]
+    for entry in ranks:
+        first = entry.get("first_divergence")
+        if first is None:
+            lines.append(f"  rank {entry['rank']}: {entry['verdict']}")
+            continue
+        how = "brought in by a collective" if first.get("entered") == "collective" else "made on this rank"
+        lines.append(f"  rank {entry['rank']}: {entry['verdict']} at {first['op']} ({first['source']}), {how}")
+    return lines
+
+
+def _render_replicas(checks: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "replicas (values every rank must hold alike, compared with rank 0's):"]
+    for check in checks:
+        name = check.get("backend") or "as written"
+        if check["in_sync"]:
+            lines.append(f"  {name}: in sync ({check['replicated_values']} replicated values compared)")
+        for drift in check["drifts"]:
+            lines.append(f"  {name}: ranks 0 and {drift['ranks'][1]} part at {drift['op']} ({drift['source']}) "
+                         f"on rank {drift['on_rank']}: {drift['why']}; {drift['comparison']}")
+    return lines
 
 
 def _render_failed_run(label: str, run: dict[str, Any]) -> list[str]:
@@ -167,7 +201,8 @@ _PINNED = {
 
 
 def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = True) -> list[str]:
-    lines = [f"  first divergence ({first['kind']}): {first['op']}  (#{first['index']})"]
+    rank = f" on rank {first['rank']}" if first.get("rank") is not None else ""
+    lines = [f"  first divergence ({first['kind']}){rank}: {first['op']}  (#{first['index']})"]
     lines.append(f"    at     {first.get('source')}  {first.get('code') or ''}".rstrip())
     if first.get("module"):
         lines.append(f"    module {first['module']}")

@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from tracediff.config import Config
 from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
+from tracediff.diff.ranks import combine
+from tracediff.diff.replicas import check_replicas
 from tracediff.diff.sample import AlignmentSample
-from tracediff.errors import UserError
+from tracediff.errors import UserError, interrupt_keeps
+from tracediff.launch.launcher import check_script, new_run_dir
 from tracediff.outcome import Outcome
-from tracediff.run.pipeline import parse_backends, run_and_diff
+from tracediff.outputs import rank_path, rank_set
+from tracediff.run.pipeline import parse_backends, run_and_diff, write_report
+from tracediff.run.ranks import run_ranks
 from tracediff.run.repeat import run_repeated
+from tracediff.trace.reader import Trace
 
 
 def run_script(script: str, script_args: list[str], backends: str, config: Config, out_dir: str | None,
                echo: Callable[[str], None], *, repeat: int | None = None, calibrate: bool = False,
-               narrow_fused: bool = True, sample: AlignmentSample | None = None) -> Outcome:
+               narrow_fused: bool = True, sample: AlignmentSample | None = None, nproc: int = 1) -> Outcome:
     """Two backends once (`run_and_diff`), or each backend `repeat` times (`run_repeated`: one backend
-    given, or --repeat above 1). `sample` collects the alignment for --html (a single comparison only)."""
+    given, or --repeat above 1); on `nproc` ranks, each backend once, compared rank by rank (one backend:
+    its ranks' replicas checked). `sample` collects the alignment for --html (a single comparison only)."""
     names = parse_backends(backends, script, allow_one=True)
+    if nproc > 1:
+        if repeat is not None or calibrate:
+            raise UserError("--nproc-per-node runs each backend once: it does not combine with --repeat or --calibrate")
+        return run_distributed(script, script_args, names, config, out_dir, echo, nproc, narrow_fused)
     if repeat is not None and repeat < 1:
         raise UserError(f"--repeat takes a number of runs of at least 1, got {repeat}")
     if len(names) == 1 and (repeat or 2) < 2:
@@ -33,13 +45,47 @@ def run_script(script: str, script_args: list[str], backends: str, config: Confi
                         calibrate=calibrate, sample=sample)
 
 
+def run_distributed(script: str, script_args: list[str], backends: list[str], config: Config, out_dir: str | None,
+                    echo: Callable[[str], None], nproc: int, narrow_fused: bool = True) -> Outcome:
+    """`tracediff run --nproc-per-node N`: the report written into the run directory."""
+    if rank_path(Path("t.jsonl")) != Path("t.jsonl"):
+        raise UserError("--nproc-per-node launches the ranks itself: run it outside torchrun")
+    path = check_script(script)
+    run_dir = new_run_dir(out_dir)
+    with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
+        outcome = run_ranks(path, script_args, backends, config, run_dir, nproc, echo, narrow_fused)
+    outcome = replace(outcome, run_dir=str(run_dir), script=str(path))
+    write_report(outcome, run_dir)
+    return outcome
+
+
 def diff_recordings(trace_a: str, trace_b: str, config: Config, noise_trace: str | None = None,
                     sample: AlignmentSample | None = None) -> Outcome:
     """`tracediff diff`: two recordings compared, A the reference; `noise_trace` a float64 re-run of A."""
     if noise_trace is not None and not Path(noise_trace).is_file():
         raise UserError(f"{noise_trace}: no such file")
+    sets = rank_set(Path(trace_a)), rank_set(Path(trace_b))
+    if sets[0] is not None or sets[1] is not None:
+        return diff_rank_sets(trace_a, trace_b, sets, config, noise_trace)
     result = diff_traces(trace_a, trace_b, config, sample=sample, noise_trace=noise_trace)
     return decide(result, [trace_a, trace_b], config)
+
+
+def diff_rank_sets(trace_a: str, trace_b: str, sets: tuple[list[Path] | None, list[Path] | None], config: Config,
+                   noise_trace: str | None) -> Outcome:
+    """Two distributed recordings compared rank by rank, and each one's replicas across its ranks."""
+    set_a, set_b = sets
+    if set_a is None or set_b is None:
+        single, other = (trace_a, trace_b) if set_a is None else (trace_b, trace_a)
+        raise UserError(f"{other} holds one trace per rank, {single} a single trace: compare a rank with a rank "
+                        f"(e.g. {(set_a or set_b or [Path(other)])[0]})")
+    if len(set_a) != len(set_b):
+        raise UserError(f"{trace_a} has {len(set_a)} ranks, {trace_b} {len(set_b)}: they pair rank by rank")
+    if noise_trace is not None:
+        raise UserError("--noise takes one float64 trace: it does not apply to per-rank traces")
+    per_rank = [decide(diff_traces(a, b, config), [str(a), str(b)], config) for a, b in zip(set_a, set_b)]
+    checks = [check_replicas(list(ranks), config, Trace(ranks[0]).header.get("backend")) for ranks in (set_a, set_b)]
+    return combine(per_rank, checks)
 
 
 def is_single_comparison(backends: str, repeat: int | None) -> bool:

@@ -13,7 +13,9 @@ op      {"t": "op", "i": seq, "op": "aten::cos", "d": depth, "m": module path,
          "src": "model.py:42", "path": "/abs/model.py", "code": "y = torch.cos(x)",
          "in": [tensor...], "out": [tensor...], "bw": true (backward only),
          "g": "graph name" (inside a compiled region only),
-         "nfs": true (a scalar argument is NaN/Inf, e.g. masked_fill(mask, -inf))}
+         "nfs": true (a scalar argument is NaN/Inf, e.g. masked_fill(mask, -inf)),
+         "sa": digest of the arguments that are not tensors, "gs": a collective's group size
+         (both in one rank of several only: comparing ranks, diff/replicas.py)}
 region  {"t": "region", "i": seq, "ev": "enter" | "exit", "name": "Net.forward",
          "r": region number, "call": call number, "in"/"out": [tensor...]}
          A region is one call of a function the script passed to torch.compile,
@@ -116,6 +118,8 @@ class OpRecord(TypedDict, total=False):
     g: str  # the compiled graph it ran in
     bw: bool  # run by autograd's backward
     nfs: bool  # a scalar argument is NaN/Inf (a mask)
+    sa: str  # one rank of several: a digest of the arguments that are not tensors (record/spmd_args.py)
+    gs: int | None  # one rank of several, a collective: the ranks its process group spans
     # "in"/"out" (keywords in Python): list[Tensor]
 
 

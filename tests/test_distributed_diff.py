@@ -1,0 +1,172 @@
+"""Distributed runs compared: rank by rank between backends, and replicas across the ranks of one run
+(`tracediff run --nproc-per-node 2`, `tracediff diff` of per-rank traces). CPU, gloo, 2 processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, marker_line
+from tracediff.config import load_config
+from tracediff.diff.replicas import check_replicas
+from tracediff.errors import UserError
+from tracediff.outcome import Outcome
+from tracediff.outputs import rank_set
+
+DDP = "ddp_step.py"
+
+
+def _tracediff(cwd: Path, *args: str) -> tuple[int, dict[str, Any] | None, str]:
+    command, dashes, script_args = list(args), ["--"] if "--" in args else [], []
+    if dashes:
+        command, script_args = command[:command.index("--")], command[command.index("--") + 1:]
+    done = subprocess.run([sys.executable, "-m", "tracediff.cli", *command, "--format", "json", *dashes, *script_args],
+                          capture_output=True,
+                          text=True, timeout=600, cwd=cwd, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        report = None
+    return done.returncode, report, done.stderr
+
+
+def _run(tmp_path: Path, backends: str, *script_args: str) -> tuple[int, dict[str, Any] | None, str]:
+    return _tracediff(tmp_path, "run", str(FIXTURES / DDP), "--backends", backends, "--nproc-per-node", "2",
+                      "--out-dir", str(tmp_path / "run"), "--timeout", "300", "--", *script_args)
+
+
+@pytest.fixture(scope="module")
+def fault_on_rank_1(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, dict[str, Any] | None, str]:
+    """One run of eager against aot_eager on 2 ranks, compiled code 1% off on rank 1 only."""
+    where = tmp_path_factory.mktemp("fault")
+    return (where, *_run(where, "eager,aot_eager", "--fault-rank", "1"))
+
+
+@pytest.mark.slow
+def test_a_fault_on_one_rank_is_named_with_its_rank_op_and_line(fault_on_rank_1: tuple) -> None:
+    _, code, report, stderr = fault_on_rank_1
+    assert code == 1 and report is not None, stderr[-3000:]
+    first = report["first_divergence"]
+    assert (first["rank"], first["op"], first["source"], first["entered"], first["pinned_by"]) == (
+        1, "aten::mul.Tensor", f"{DDP}:{marker_line(DDP, 'planted fault line')}", "local", "value")
+    assert report["traces"][0].endswith("a-eager.rank1.jsonl")
+    by_rank = {r["rank"]: r for r in report["ranks"]}
+    assert by_rank[1]["verdict"] == by_rank[0]["verdict"] == "diverged"
+    # Rank 0 computed nothing wrong: DDP's all-reduce of the gradients brought rank 1's difference in.
+    assert by_rank[0]["first_divergence"]["op"] == "c10d::allreduce_"
+    assert by_rank[0]["first_divergence"]["entered"] == "collective"
+    # Within each run the ranks stay in sync: the fault is the same on both of rank 1's replicas' inputs.
+    assert [(c["backend"], c["in_sync"]) for c in report["replicas"]] == [("eager", True), ("aot_eager", True)]
+    assert all(c["replicated_values"] > 20 for c in report["replicas"])
+    assert Outcome.from_json(report).to_json() == report
+
+
+@pytest.mark.slow
+def test_diff_pairs_two_distributed_recordings_rank_by_rank(fault_on_rank_1: tuple) -> None:
+    where, _, report, _ = fault_on_rank_1
+    run = where / "run"
+    code, diffed, stderr = _tracediff(where, "diff", str(run / "a-eager.jsonl"), str(run / "b-aot_eager.jsonl"))
+    assert code == 1 and diffed is not None, stderr[-3000:]
+    assert diffed["first_divergence"]["rank"] == 1
+    assert diffed["first_divergence"]["source"] == report["first_divergence"]["source"]
+    assert [r["verdict"] for r in diffed["ranks"]] == ["diverged", "diverged"]
+    code, _, stderr = _tracediff(where, "diff", str(run / "a-eager.jsonl"), str(run / "b-aot_eager.rank0.jsonl"))
+    assert code == 2 and "one trace per rank" in stderr
+
+
+@pytest.mark.slow
+def test_the_clean_script_matches_on_every_rank_and_stays_in_sync(tmp_path: Path) -> None:
+    code, report, stderr = _run(tmp_path, "eager,aot_eager")
+    assert code == 0 and report is not None, stderr[-3000:]
+    assert report["verdict"] == "match" and report["first_divergence"] is None
+    assert [(r["rank"], r["verdict"]) for r in report["ranks"]] == [(0, "match"), (1, "match")]
+    assert all(c["in_sync"] for c in report["replicas"])
+
+
+@pytest.mark.slow
+def test_a_replica_that_drifts_is_named_by_one_backend_on_its_ranks(tmp_path: Path) -> None:
+    """`tracediff run --backends eager --nproc-per-node 2`: do my ranks stay in sync?"""
+    code, report, stderr = _run(tmp_path, "eager", "--drift-rank", "1")
+    assert code == 1 and report is not None, stderr[-3000:]
+    first = report["first_divergence"]
+    assert (first["rank"], first["source"]) == (1, f"{DDP}:{marker_line(DDP, 'planted drift line')}")
+    drift, = report["replicas"][0]["drifts"]
+    assert drift["on_rank"] == 1 and "only rank 1 ran it" in drift["why"]
+    assert len(report["traces"]) == 2 and "ranks" not in report
+
+
+@pytest.mark.slow
+def test_a_rank_that_crashes_fails_the_distributed_run(tmp_path: Path) -> None:
+    code, report, stderr = _run(tmp_path, "eager,aot_eager", "--crash-rank", "1")
+    assert code == 3 and report is not None, stderr[-3000:]
+    assert report["verdict"] == "failed"
+    assert any("rank 1: the script raised RuntimeError" in (r.get("failure") or "") for r in report["runs"])
+
+
+def _trace(path: Path, rank: int, records: list[dict[str, Any]]) -> None:
+    header = {"t": "header", "schema": 2, "rank": rank, "world_size": 2, "backend": "eager"}
+    lines = [header, *({"t": "op", **r, "i": i} for i, r in enumerate(records)), {"t": "footer", "complete": True}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _t(id_: int, v: int, value: float, **more: Any) -> dict[str, Any]:
+    fp = {"sum": value * 4, "l1": abs(value) * 4, "l2": abs(value) * 2, "max": abs(value), "nan": 0, "inf": 0, "n": 4}
+    return {"a": "self", "id": id_, "v": v, "dt": "float32", "sh": [4], "dev": "cpu", "fp": fp, **more}
+
+
+def _program(rank: int, shard_arg: str, nudge: bool = False) -> list[dict[str, Any]]:
+    """All-reduce a tensor (replicated after), add one to it, then select a shard by rank's argument."""
+    records = [
+        {"op": "aten::ones", "in": [], "out": [_t(0, 0, 1.0 + rank)], "sa": "a"},
+        {"op": "c10d::allreduce_", "in": [_t(0, 0, 1.0 + rank)], "out": [dict(_t(0, 1, 0.0), fp=None, unread=True)],
+         "sa": "b", "gs": 2},
+        {"op": "aten::add.Tensor", "in": [_t(0, 1, 3.0)], "out": [_t(1, 0, 4.0)], "sa": "c", "src": "p.py:3"},
+    ]
+    if nudge:
+        records.append({"op": "aten::add_.Tensor", "in": [_t(1, 0, 4.0)], "out": [_t(1, 1, 4.5)], "sa": "d",
+                        "src": "p.py:4"})
+    records.append({"op": "aten::select.int", "in": [_t(1, 1 if nudge else 0, 4.5 if nudge else 4.0)],
+                    "out": [_t(2, 0, 4.0 + rank)], "sa": shard_arg, "src": "p.py:5"})
+    return records
+
+
+def test_an_op_given_other_arguments_on_each_rank_is_no_drift(tmp_path: Path) -> None:
+    """`x[rank]` of a replicated x differs by design: its arguments differ (the record's digest `sa`)."""
+    _trace(tmp_path / "t.rank0.jsonl", 0, _program(0, "rank0"))
+    _trace(tmp_path / "t.rank1.jsonl", 1, _program(1, "rank1"))
+    check = check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None))
+    assert check.first is None and check.replicated_values >= 2
+
+
+def test_the_same_arguments_on_replicated_inputs_must_give_the_same_result(tmp_path: Path) -> None:
+    _trace(tmp_path / "t.rank0.jsonl", 0, _program(0, "same"))
+    _trace(tmp_path / "t.rank1.jsonl", 1, _program(1, "same"))
+    drift = check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None)).first
+    assert drift is not None and (drift.site.op, drift.site.source, drift.on_rank) == ("aten::select.int", "p.py:5", 0)
+
+
+def test_an_op_only_one_rank_ran_on_a_replicated_value_is_named(tmp_path: Path) -> None:
+    _trace(tmp_path / "t.rank0.jsonl", 0, _program(0, "rank0"))
+    _trace(tmp_path / "t.rank1.jsonl", 1, _program(1, "rank1", nudge=True))
+    drift = check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None)).first
+    assert drift is not None and (drift.site.source, drift.on_rank) == ("p.py:4", 1)
+    assert "only rank 1 ran it" in drift.why
+
+
+def test_a_set_of_per_rank_traces_is_found_by_its_name_or_directory(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        (tmp_path / f"t.rank{rank}.jsonl").write_text("")
+    expected = [tmp_path / "t.rank0.jsonl", tmp_path / "t.rank1.jsonl"]
+    assert rank_set(tmp_path / "t.jsonl") == expected == rank_set(tmp_path)
+    assert rank_set(tmp_path / "t.rank0.jsonl") is None  # one trace
+    (tmp_path / "u.rank1.jsonl").write_text("")
+    with pytest.raises(UserError, match="several sets"):
+        rank_set(tmp_path)
+    with pytest.raises(UserError, match=r"rank\(s\) 0 are missing"):
+        rank_set(tmp_path / "u.jsonl")

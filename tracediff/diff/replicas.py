@@ -1,0 +1,299 @@
+"""Replica drift: within one distributed run, do the values every rank must hold alike stay alike?
+
+DDP keeps a copy of the model on every rank: the parameters are broadcast at
+start, the gradients all-reduced, and every rank then takes the same optimizer
+step. Activations differ (each rank sees its own batch), the replicas must not.
+Rank 0's trace is aligned with every other rank's (diff/align.py) and both are
+walked together, following which values are *replicated*:
+
+- a collective that gives every rank of the world the same result (all-reduce,
+  broadcast, all-gather) makes one; over a subgroup it does not;
+- an op whose inputs are all replicated, given the same other arguments on both
+  ranks (the record's `sa`), makes one: `p.add_(grad, alpha=-lr)` after the
+  all-reduce, but not `x[rank]`;
+- an op reading no replicated input (a creation, a random draw, data from the
+  program) makes one where both ranks got the same result, and is never blamed.
+
+The replicas part where a replicated value differs between the ranks: at an op
+whose replicated inputs agree and whose output differs, or where a replicated
+value is read that an op only one rank ran (`if rank == 1: p.add_(noise)`), or a
+collective, left different. Differences are judged by the run's tolerances, as
+between backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracediff.config import Config
+from tracediff.diff.align import align
+from tracediff.diff.compare import compare_fingerprints
+from tracediff.diff.skeleton import alignable, build_skeleton
+from tracediff.op_names import base_op, packet
+from tracediff.outcome import Site
+from tracediff.trace.reader import Trace
+from tracediff.trace.schema import KERNEL, OP
+
+# Collectives after which every rank of their group holds the same tensor.
+_REPLICATING = frozenset({
+    "c10d::allreduce", "c10d::allreduce_coalesced", "c10d::broadcast", "c10d::allgather",
+    "c10d::_allgather_base", "c10d::allgather_coalesced", "c10d::allgather_into_tensor_coalesced",
+    "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_coalesced", "_c10d_functional::broadcast",
+    "_c10d_functional::all_gather_into_tensor", "_c10d_functional::all_gather_into_tensor_out",
+    "_c10d_functional::all_gather_into_tensor_coalesced", "_c10d_functional_autograd::all_gather_into_tensor",
+})
+_COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "_c10d_functional_autograd::")
+_WAIT = "_c10d_functional::wait_tensor"
+# Words in the names of ops whose result depends on a random generator's state, not only their inputs.
+_RANDOM_WORDS = ("rand", "bernoulli", "normal", "uniform", "exponential", "cauchy", "geometric", "random",
+                 "multinomial", "dropout", "rrelu", "poisson")
+# Ops whose first argument's old value is overwritten, not read.
+_OVERWRITES_SELF = frozenset({"aten::copy", "aten::fill", "aten::zero", "aten::set"})
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Where the replicas of rank 0 and `rank` first part."""
+
+    rank: int  # the rank compared with rank 0
+    on_rank: int  # whose record `site` is: rank 0's, or `rank`'s for an op only it ran
+    site: Site
+    path: str | None
+    why: str
+    rel_diff: float | None
+    comparison: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": [0, self.rank], "on_rank": self.on_rank, **self.site.to_json(), "path": self.path,
+                "why": self.why, "rel_diff": self.rel_diff, "comparison": self.comparison}
+
+
+@dataclass(frozen=True)
+class ReplicaCheck:
+    """The drift check of one run: every rank against rank 0."""
+
+    backend: str | None
+    world_size: int
+    replicated_values: int  # replicated values rank 0 and the other ranks were seen to share
+    drifts: tuple[Drift, ...]
+
+    @property
+    def first(self) -> Drift | None:
+        return self.drifts[0] if self.drifts else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "world_size": self.world_size, "in_sync": not self.drifts,
+                "replicated_values": self.replicated_values, "drifts": [d.to_json() for d in self.drifts]}
+
+
+def check_replicas(rank_traces: list[Path], config: Config, backend: str | None = None) -> ReplicaCheck:
+    """Compare every rank's replicated values with rank 0's; the drifts found, earliest rank first."""
+    drifts: list[Drift] = []
+    shared = 0
+    for rank, trace in enumerate(rank_traces[1:], start=1):
+        walk = _PairWalk(rank, config)
+        drift = walk.run(rank_traces[0], trace)
+        shared += walk.shared
+        if drift is not None:
+            drifts.append(drift)
+    return ReplicaCheck(backend, len(rank_traces), shared, tuple(drifts))
+
+
+def is_collective(op: str | None) -> bool:
+    return bool(op) and str(op).startswith(_COLLECTIVE_NAMESPACES)
+
+
+def _is_random(record: dict[str, Any]) -> bool:
+    ops = [f.get("op") or "" for f in record.get("fuses") or []] if record["t"] == KERNEL else [record.get("op") or ""]
+    return any(word in packet(op).split("::")[-1] for op in ops for word in _RANDOM_WORDS)
+
+
+def _read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tensors whose values the op reads: not out= buffers or values in flight (no fingerprint), not
+    the target of `copy_`/`fill_` (overwritten)."""
+    overwrites = record["t"] == OP and base_op(record["op"]) in _OVERWRITES_SELF
+    return [t for t in record.get("in") or () if t.get("fp") is not None and not t.get("uninit")
+            and not (overwrites and t.get("a") == "self")]
+
+
+class _Values:
+    """One rank's view of its values: for each tensor id, whether its current value is replicated
+    (True, False, or None for a value from outside the trace) and the record that made it."""
+
+    def __init__(self) -> None:
+        self.state: dict[int, tuple[bool | None, dict[str, Any] | None]] = {}
+
+    def of(self, tensor: dict[str, Any]) -> tuple[bool | None, dict[str, Any] | None]:
+        return self.state.get(tensor["id"], (None, None))
+
+    def write(self, record: dict[str, Any], replicated: bool) -> None:
+        for out in record.get("out") or ():
+            self.state[out["id"]] = (replicated, record)
+            base = out.get("b")
+            if base is not None:  # written through a view: the base holds it too
+                before = self.state.get(base, (None, None))[0]
+                self.state[base] = (replicated and before is not False, record)
+
+
+class _PairWalk:
+    """Walks rank 0's trace and rank `rank`'s together, in rank 0's order, to the first drift."""
+
+    def __init__(self, rank: int, config: Config) -> None:
+        self.rank = rank
+        self.config = config
+        self.values = (_Values(), _Values())
+        self.shared = 0
+        self.world_size: int | None = None
+        self.ran_alone: tuple[set[int], set[int]] = (set(), set())  # indices of records one rank ran alone
+
+    def run(self, trace_0: Path, trace_r: Path) -> Drift | None:
+        skeleton_0 = build_skeleton(trace_0)
+        partner, _ = align(skeleton_0, build_skeleton(trace_r))
+        self.world_size = skeleton_0.header.get("world_size")
+        records_r = _Ahead(Trace(trace_r))
+        for record, position in _with_positions(Trace(trace_0)):
+            mate = None
+            if position is not None and partner[position] >= 0:
+                # What rank `rank` ran before its partner of this record, it ran alone (or out of order).
+                for alone in records_r.until(partner[position]):
+                    self._alone(1, alone)
+                mate = records_r.take(partner[position])
+            if mate is None:
+                self._alone(0, record)
+                continue
+            drift = self._pair(record, mate)
+            if drift is not None:
+                return drift
+        return None
+
+    def _alone(self, side: int, record: dict[str, Any]) -> None:
+        """A record only one rank ran: its outputs are replicated where its inputs are. A record that moves
+        no value (`detach`, never aligned) passes its input's state on, as if both ranks ran it."""
+        if record["t"] not in (OP, KERNEL):
+            return
+        values = self.values[side]
+        if not alignable(record):
+            state = values.of(record["in"][0]) if record.get("in") else (None, None)
+            for out in record.get("out") or ():
+                values.state[out["id"]] = state
+            return
+        self.ran_alone[side].add(record["i"])
+        inputs = _read_inputs(record)
+        replicated = bool(inputs) and not _is_random(record) and not is_collective(record.get("op")) and all(
+            values.of(t)[0] is True for t in inputs)
+        values.write(record, replicated)
+
+    def _pair(self, a: dict[str, Any], b: dict[str, Any]) -> Drift | None:
+        if a["t"] not in (OP, KERNEL):
+            return None
+        inputs_a, inputs_b = _read_inputs(a), _read_inputs(b)
+        comparable = len(inputs_a) == len(inputs_b)
+        every_input_replicated = comparable and bool(inputs_a)
+        if comparable:
+            for ta, tb in zip(inputs_a, inputs_b):
+                (rep_a, made_a), (rep_b, made_b) = self.values[0].of(ta), self.values[1].of(tb)
+                same = self._same(ta, tb, a)
+                if rep_a and rep_b:
+                    self.shared += 1
+                    if same is not None and not same[0]:
+                        return self._parted_before(a, ta, made_a, made_b, same)
+                # A value from outside the trace (a program input) counts where the ranks agree on it.
+                agreed = (rep_a is None and rep_b is None) and same is not None and same[0]
+                every_input_replicated = every_input_replicated and ((rep_a and rep_b) or agreed)
+        op = a.get("op")
+        outputs_agree = self._outputs_agree(a, b)
+        if op == _WAIT:
+            replicated = bool(a.get("in")) and self.values[0].of(a["in"][0])[0] is True \
+                and self.values[1].of(b["in"][0])[0] is True
+        elif is_collective(op):
+            replicated = base_op(str(op)) in _REPLICATING and a.get("gs") == self.world_size and a.get("gs") == b.get("gs")
+        elif _is_random(a) or not inputs_a:
+            replicated = outputs_agree is not None and outputs_agree[0]
+        else:
+            replicated = every_input_replicated and a.get("sa") == b.get("sa")
+            if replicated and outputs_agree is not None and not outputs_agree[0]:
+                return self._drift(0, a, "its inputs agree on both ranks (replicated values), its outputs do not",
+                                   outputs_agree)
+        if op == _WAIT and replicated and outputs_agree is not None and not outputs_agree[0]:
+            made = self.values[0].of(a["in"][0])[1] or a
+            return self._drift(0, made, "a collective that gives every rank the same result left them different",
+                               outputs_agree)
+        self.values[0].write(a, replicated)
+        self.values[1].write(b, replicated)
+        return None
+
+    def _parted_before(self, record: dict[str, Any], tensor: dict[str, Any], made_a: dict[str, Any] | None,
+                       made_b: dict[str, Any] | None, same: tuple[bool, float, str]) -> Drift:
+        """A replicated value this record reads differs: it was made different before, by an op only one
+        rank ran, or by a collective whose results were not read where it ran."""
+        if made_b is not None and made_b["i"] in self.ran_alone[1]:
+            return self._drift(self.rank, made_b, f"only rank {self.rank} ran it, writing a value every rank holds "
+                               f"(read at {record.get('src')} as {tensor.get('a')})", same)
+        if made_a is not None and made_a["i"] in self.ran_alone[0]:
+            return self._drift(0, made_a, "only rank 0 ran it, writing a value every rank holds", same)
+        made = made_a or record
+        if is_collective(made.get("op")):
+            return self._drift(0, made, "a collective that gives every rank the same result left them different", same)
+        return self._drift(0, made, f"the value it wrote differs between the ranks (read at {record.get('src')})", same)
+
+    def _same(self, ta: dict[str, Any], tb: dict[str, Any], record: dict[str, Any]) -> tuple[bool, float, str] | None:
+        fa, fb = ta.get("fp"), tb.get("fp")
+        if fa is None or fb is None or ta.get("dt") != tb.get("dt") or ta.get("sh") != tb.get("sh"):
+            return None
+        tolerance = self.config.tolerance_for(ta["dt"], str(record.get("op") or ""), record.get("m"),
+                                              str(ta.get("dev") or "cpu"))
+        result = compare_fingerprints(fa, fb, tolerance)
+        return result.ok, result.rel_diff, result.describe()
+
+    def _outputs_agree(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, float, str] | None:
+        """(agree, worst rel diff, in words) over the outputs both ranks read; None if none can be compared."""
+        outs_a, outs_b = a.get("out") or [], b.get("out") or []
+        if len(outs_a) != len(outs_b):
+            return None
+        judged = [s for s in (self._same(ta, tb, a) for ta, tb in zip(outs_a, outs_b)) if s is not None]
+        if not judged:
+            return None
+        worst = max(judged, key=lambda s: (not s[0], s[1]))
+        return worst
+
+    def _drift(self, side: int, record: dict[str, Any], why: str, same: tuple[bool, float, str]) -> Drift:
+        site = Site(record.get("op") or record.get("name"), record.get("i"), record.get("src"), record.get("m"),
+                    record.get("code"))
+        return Drift(self.rank, self.rank if side else 0, site, record.get("path"), why,
+                     same[1] if same[1] != float("inf") else None, same[2])
+
+
+def _with_positions(trace: Trace) -> Iterator[tuple[dict[str, Any], int | None]]:
+    """Every record, with its position among the alignable ones (None for the others)."""
+    position = 0
+    for record in trace:
+        if alignable(record):
+            yield record, position
+            position += 1
+        else:
+            yield record, None
+
+
+class _Ahead:
+    """Rank r's records read in order: `until(j)` yields those before alignable position j, `take(j)` the
+    one at j."""
+
+    def __init__(self, trace: Trace) -> None:
+        self._records = _with_positions(trace)
+        self._next: tuple[dict[str, Any], int | None] | None = next(self._records, None)
+
+    def until(self, position: int) -> Iterator[dict[str, Any]]:
+        while self._next is not None and (self._next[1] is None or self._next[1] < position):
+            yield self._next[0]
+            self._next = next(self._records, None)
+
+    def take(self, position: int) -> dict[str, Any] | None:
+        """The record at alignable position `position`, if it is next (None where the pairs cross)."""
+        if self._next is None or self._next[1] != position:
+            return None
+        record = self._next[0]
+        self._next = next(self._records, None)
+        return record
