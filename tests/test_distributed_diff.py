@@ -170,3 +170,55 @@ def test_a_set_of_per_rank_traces_is_found_by_its_name_or_directory(tmp_path: Pa
         rank_set(tmp_path)
     with pytest.raises(UserError, match=r"rank\(s\) 0 are missing"):
         rank_set(tmp_path / "u.jsonl")
+
+
+def _run_fixture(tmp_path: Path, fixture: str, backends: str, *script_args: str) -> tuple[int, dict | None, str]:
+    return _tracediff(tmp_path, "run", str(FIXTURES / fixture), "--backends", backends, "--nproc-per-node", "2",
+                      "--out-dir", str(tmp_path / "run"), "--timeout", "500", "--", *script_args)
+
+
+@pytest.mark.slow
+def test_a_fault_in_a_tensor_parallel_dtensor_model_is_named_on_its_rank(tmp_path: Path) -> None:
+    """DTensor: column- then row-parallel linears, the second all-reduced (a functional collective the
+    trace records, DTensors described by their local shards)."""
+    code, report, stderr = _run_fixture(tmp_path, "tp_mlp.py", "eager,aot_eager", "--fault-rank", "1")
+    assert code == 1 and report is not None, stderr[-3000:]
+    first = report["first_divergence"]
+    assert (first["rank"], first["op"], first["source"], first["entered"]) == (
+        1, "aten::mul.Tensor", f"tp_mlp.py:{marker_line('tp_mlp.py', 'planted fault line')}", "local")
+    assert report["ranks"][0]["first_divergence"]["entered"] == "collective"
+    assert all(c["in_sync"] for c in report["replicas"])  # the all-reduce gives both ranks the same output
+    trace = [json.loads(line) for line in Path(report["traces"][0]).read_text().splitlines()]
+    reduced = [r for r in trace if r.get("op") == "_c10d_functional::all_reduce"]
+    assert reduced and reduced[0]["in"][0]["fp"] is not None and reduced[0]["gs"] == 2
+
+
+def _two_gpus() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA GPUs (NCCL)")
+@pytest.mark.parametrize("fixture", ["ddp_step.py", "tp_mlp.py"])
+def test_on_two_gpus_with_nccl_under_inductor_a_fault_is_named_and_the_clean_run_matches(
+        tmp_path: Path, fixture: str) -> None:
+    clean = _run_fixture(tmp_path / "clean", fixture, "eager,inductor", "--device", "cuda")
+    assert clean[0] == 0 and clean[1] is not None, clean[2][-3000:]
+    assert [r["verdict"] for r in clean[1]["ranks"]] == ["match", "match"]
+    assert all(c["in_sync"] for c in clean[1]["replicas"])
+    code, report, stderr = _run_fixture(tmp_path / "fault", fixture, "eager,inductor", "--device", "cuda",
+                                        "--fault-rank", "1")
+    assert code == 1 and report is not None, stderr[-3000:]
+    first = report["first_divergence"]
+    assert (first["rank"], first["source"]) == (1, f"{fixture}:{marker_line(fixture, 'planted fault line')}")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA GPUs (NCCL)")
+def test_on_two_gpus_a_replica_drift_under_inductor_is_named(tmp_path: Path) -> None:
+    code, report, stderr = _run_fixture(tmp_path, DDP, "inductor", "--device", "cuda", "--drift-rank", "1")
+    assert code == 1 and report is not None, stderr[-3000:]
+    assert (report["first_divergence"]["rank"], report["first_divergence"]["source"]) == (
+        1, f"{DDP}:{marker_line(DDP, 'planted drift line')}")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 
@@ -130,7 +131,30 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
         trial = _refined(without, a, b)
         if _strong_pairs(trial[1]) > _strong_pairs(tier):
             value_pairs, (partner, tier) = without, trial
+    _unpair_reordered(partner, tier, a, b)
     return partner, tier
+
+
+def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:
+    """Unpair pairs made by op or shape whose two values both occur at the same line of the other trace:
+    the same values computed in another order, which monotone pairs cannot follow. DDP lays its gradient
+    buckets out in the order gradients became ready, which differs between an eager and a compiled
+    backward: the views into a bucket and the copies back into `.grad` then come in another order, and
+    pairing them by position would compare one parameter's gradient with another's. Unpaired, they are
+    not compared; the ops that read their values (the optimizer's) are."""
+    lines_a: dict[int, set[int]] = defaultdict(set)
+    lines_b: dict[int, set[int]] = defaultdict(set)
+    for skeleton, lines in ((a, lines_a), (b, lines_b)):
+        for k in range(len(skeleton)):
+            if skeleton.has_value[k] and skeleton.source[k]:
+                lines[skeleton.source[k]].add(skeleton.fine_value[k])
+    for i, j in enumerate(partner):
+        if j < 0 or tier[i] == VALUE_TIER or not (a.has_value[i] and b.has_value[j]):
+            continue
+        line = a.source[i]
+        if (line and line == b.source[j] and a.fine_value[i] != b.fine_value[j]
+                and a.fine_value[i] in lines_b[line] and b.fine_value[j] in lines_a[line]):
+            partner[i], tier[i] = -1, 0
 
 
 # Value pairs tried without (each costs one refinement of the whole alignment), and the stretches

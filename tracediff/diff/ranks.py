@@ -32,35 +32,30 @@ def collectives_before(trace: str | Path, index: int) -> int:
 
 
 def entered_by(divergence: Divergence, trace_a: str | Path) -> str:
-    """"collective" where the difference is a collective's result (the op named is a collective, or the
-    value that differed first was written by one); "local" where the rank made it."""
+    """"collective" where the difference is a collective's result: the op named is a collective, or one
+    of the values it reads was written by one; "local" where the rank made it."""
     named = [divergence.site.op, *(c.op for c in divergence.candidates)]
+    if divergence.observed is not None:
+        named.append(divergence.observed.op)
     if any(is_collective(op) for op in named):
         return "collective"
-    if divergence.observed is not None and is_collective(divergence.observed.op):
-        return "collective"
-    producer = _producer_of_differing_input(divergence, trace_a)
-    return "collective" if producer is not None and is_collective(producer) else "local"
+    index = divergence.site.index
+    return "collective" if index is not None and any(map(is_collective, _writers_of_inputs(trace_a, index))) else "local"
 
 
-def _producer_of_differing_input(divergence: Divergence, trace_a: str | Path) -> str | None:
-    """The op that wrote the differing input of the record named, if the evidence is an input."""
-    tensor, index = divergence.tensor, divergence.site.index
-    if tensor is None or tensor.side != "input" or index is None:
-        return None
-    wanted: int | None = None
+def _writers_of_inputs(trace_a: str | Path, index: int) -> list[str]:
+    """The ops that wrote the values record `index` of `trace_a` reads."""
     writers: dict[int, str] = {}
     for record in Trace(trace_a):
         if record["t"] not in (OP, KERNEL):
             continue
         if record.get("i") == index:
-            wanted = next((t["id"] for t in record.get("in") or () if t.get("a") == tensor.arg), None)
-            break
+            return [writers[t["id"]] for t in record.get("in") or () if t["id"] in writers]
         for out in record.get("out") or ():
             writers[out["id"]] = record.get("op") or record.get("name") or ""
             if out.get("b") is not None:
                 writers[out["b"]] = writers[out["id"]]
-    return writers.get(wanted) if wanted is not None else None
+    return []
 
 
 def combine(per_rank: Sequence[Outcome], checks: Sequence[ReplicaCheck]) -> Outcome:

@@ -131,6 +131,9 @@ class _Values:
 
     def write(self, record: dict[str, Any], replicated: bool) -> None:
         for out in record.get("out") or ():
+            if out.get("uninit"):
+                self.state[out["id"]] = (False, record)  # garbage (`empty_like`): never alike by design
+                continue
             self.state[out["id"]] = (replicated, record)
             base = out.get("b")
             if base is not None:  # written through a view: the base holds it too
@@ -241,7 +244,7 @@ class _PairWalk:
 
     def _same(self, ta: dict[str, Any], tb: dict[str, Any], record: dict[str, Any]) -> tuple[bool, float, str] | None:
         fa, fb = ta.get("fp"), tb.get("fp")
-        if fa is None or fb is None or ta.get("dt") != tb.get("dt") or ta.get("sh") != tb.get("sh"):
+        if fa is None or fb is None or ta.get("uninit") or tb.get("uninit") or ta.get("dt") != tb.get("dt") or ta.get("sh") != tb.get("sh"):
             return None
         tolerance = self.config.tolerance_for(ta["dt"], str(record.get("op") or ""), record.get("m"),
                                               str(ta.get("dev") or "cpu"))

@@ -191,6 +191,15 @@ def _has_nonfinite_scalar(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local tensor (an attribute: no op, no collective); any other tensor itself."""
+    if type(t).__name__ == "DTensor":
+        local = getattr(t, "_local_tensor", None)
+        if isinstance(local, torch.Tensor):
+            return local
+    return t
+
+
 def _version(t: torch.Tensor) -> int | None:
     try:
         return t._version
@@ -358,8 +367,10 @@ class TraceRecorder(TorchDispatchMode):
 
     def _fingerprint(self, t: torch.Tensor) -> Fingerprint | None:
         """On the host, or for a CUDA tensor a placeholder filled when its batch is read
-        (exact mode hashes bytes on the host, so it reads CUDA tensors at once)."""
+        (exact mode hashes bytes on the host, so it reads CUDA tensors at once). A DTensor is described by
+        this rank's shard: its statistics as a whole would take collectives."""
         try:
+            t = local_shard(t)
             if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
                 if self.device_fingerprints is None:
                     self.device_fingerprints = DeviceFingerprints()
