@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,7 @@ def test_record_launches_the_ranks_itself(tmp_path: Path) -> None:
     for rank in (0, 1):
         trace = Trace(tmp_path / f"t.rank{rank}.jsonl")
         assert (trace.header["rank"], trace.header["world_size"]) == (rank, 2) and not trace.truncated
+        assert read_footer(trace.path)["process_group"] == {"backend": "gloo", "size": 2}
 
 
 @pytest.mark.slow
@@ -127,3 +130,28 @@ def _processes_mentioning(text: str) -> list[str]:
         if text in command:
             found.append(command)
     return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_a_distributed_run_stopped_by_ctrl_c_or_kill_leaves_no_process(tmp_path: Path, stop: int) -> None:
+    """Ctrl-C, or `kill` (a cancelled CI job): the launcher and both ranks go, the partial traces stay.
+    Before, `kill` left the launcher and both ranks running."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracediff.cli", "run", "--nproc-per-node", "2", "--backends", "eager,aot_eager",
+         "--out-dir", str(tmp_path / "run"), str(FIXTURES / "ddp_step.py"), "--", "--hang-rank", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a shell in a terminal leaves it
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "run").glob("a-eager.rank1.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)  # the ranks are under way (rank 1 asleep, rank 0 waiting for it)
+        process.send_signal(stop)
+        _, stderr = process.communicate(timeout=90)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    assert "interrupted; the traces recorded so far are in" in stderr
+    assert not _processes_mentioning(str(tmp_path)), "processes left behind"

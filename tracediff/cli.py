@@ -7,6 +7,7 @@ other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -406,8 +407,14 @@ def repro(run: tuple[str, ...], out_dir: str | None, backend: str | None, check:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. `kill` (a cancelled CI job) stops a run as Ctrl-C does: the processes it
+    started are stopped too, not left running, and what was recorded is kept."""
+    signal.signal(signal.SIGTERM, _interrupt)
     cli()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

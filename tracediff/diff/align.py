@@ -146,13 +146,13 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
     lines_b: dict[int, set[int]] = defaultdict(set)
     for skeleton, lines in ((a, lines_a), (b, lines_b)):
         for k in range(len(skeleton)):
-            if skeleton.has_value[k] and skeleton.source[k]:
+            if skeleton.has_value[k]:
                 lines[skeleton.source[k]].add(skeleton.fine_value[k])
     for i, j in enumerate(partner):
         if j < 0 or tier[i] == VALUE_TIER or not (a.has_value[i] and b.has_value[j]):
             continue
-        line = a.source[i]
-        if (line and line == b.source[j] and a.fine_value[i] != b.fine_value[j]
+        line = a.source[i]  # 0 where no line is known (on CUDA, DDP's hooks run on autograd's own thread)
+        if (line == b.source[j] and a.fine_value[i] != b.fine_value[j]
                 and a.fine_value[i] in lines_b[line] and b.fine_value[j] in lines_a[line]):
             partner[i], tier[i] = -1, 0
 

@@ -156,7 +156,8 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
             _kill_group(process, launcher=bool(ranks))
         except KeyboardInterrupt:
             _interrupt_group(process, launcher=bool(ranks))
-            raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {trace}") from None
+            partial = f"{trace.with_suffix('')}.rank*{trace.suffix}" if ranks else str(trace)
+            raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {partial}") from None
         relay.join(timeout=5)
     failed = process.returncode != 0 or timed_out
     elapsed = time.perf_counter() - start

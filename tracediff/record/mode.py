@@ -36,7 +36,7 @@ from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
-from tracediff.record.spmd_args import group_size, scalar_digest
+from tracediff.record.spmd_args import default_group, group_size, scalar_digest
 from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
 from tracediff.trace.writer import TraceWriter
 
@@ -217,6 +217,7 @@ class TraceRecorder(TorchDispatchMode):
         # One rank of several (torchrun sets WORLD_SIZE): records carry what comparing ranks with each other
         # needs (record/spmd_args.py). None: as the environment says.
         self.spmd = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 if spmd is None else spmd
+        self.process_group: dict[str, Any] | None = None  # the default group's backend and size, at a collective
         self.modules = ModuleStack()
         self.sources = SourceFinder()
         self.backward_sources = BackwardSources()
@@ -585,6 +586,7 @@ class TraceRecorder(TorchDispatchMode):
             record["sa"] = scalar_digest(args, kwargs)
             if info.collective in ("work", "functional"):
                 record["gs"] = group_size([a[0] for a in info.arguments], args, kwargs)
+                self.process_group = self.process_group or default_group()
         if node is not None:
             record["bw"] = True
         self._emit(record)

@@ -197,6 +197,8 @@ class RecordingSession:
             "child_processes": self.forks.children,
             "error": error,
             "local_modules": local_modules(self.script_dir) if self.script_dir else [],
+            # One rank of several: the process group's backend (gloo, nccl), known once the script made one.
+            **({"process_group": self.recorder.process_group} if self.recorder.process_group else {}),
         }
 
 

@@ -64,3 +64,15 @@ def _size_of(value: Any, by_name: bool) -> int | None:
     except (RuntimeError, ValueError, KeyError, AttributeError):
         return None
     return None
+
+
+def default_group() -> dict[str, Any] | None:
+    """The default process group's backend ("gloo", "nccl") and size; None before one exists."""
+    import torch.distributed as dist
+
+    try:
+        if dist.is_available() and dist.is_initialized():
+            return {"backend": str(dist.get_backend()), "size": dist.get_world_size()}
+    except (RuntimeError, ValueError):
+        return None
+    return None

@@ -155,6 +155,7 @@ def narrow(outcome: Outcome, runs: list[RunResult], script: Path, script_args: l
              "re-running with one kernel per op to see where it was made")
     trace = run_dir / f"{trace_name('c', runs[1].backend)}-unfused.jsonl"
     rerun = record(script, script_args, Recording.of(config, runs[1].backend, materialize=True), trace, echo)
+    trace = rerun.trace  # where it went: one rank's trace of a distributed run
     narrowing: dict[str, Any] = {"method": METHOD, "trace": str(trace), "fused_candidates": candidates}
     failure = rerun.failure()
     if failure:
@@ -232,6 +233,7 @@ def _fusion_effect(first: dict[str, Any], run_a: RunResult, float64_trace: Path,
         run = record(script, script_args, Recording.of(config, run_a.backend, float64=True), float64_trace, echo)
         if run.failure():
             return FusionEffect("unknown", None, None, f"the float64 run failed ({run.failure()})")
+        float64_trace = run.trace  # one rank's trace of a distributed run
     try:
         return judge_divergence(first, run_a.trace, float64_trace)
     except TraceFormatError as e:

@@ -40,6 +40,11 @@ class RankRecorder:
         return record
 
 
+def _on_rank(echo: Callable[[str], None], rank: int) -> Callable[[str], None]:
+    """`echo` with the rank after the `tracediff:` of each progress line."""
+    return lambda line: echo(line.replace("tracediff: ", f"tracediff: rank {rank}: ", 1))
+
+
 def record_ranks(path: Path, script_args: list[str], backend: str, trace: Path, config: Config, nproc: int,
                  echo: Callable[[str], None]) -> RunResult:
     echo(f"tracediff: recording {path} with backend {backend} on {nproc} ranks (torch.distributed.run) -> "
@@ -85,9 +90,9 @@ def run_ranks(path: Path, script_args: list[str], backends: list[str], config: C
     per_rank: list[Outcome] = []
     for rank in range(nproc):
         pair = [rank_run(run, rank) for run in runs]
-        echo(f"tracediff: rank {rank}:")
-        outcome = compare_runs(pair[0], pair[1], config, echo)
+        said = _on_rank(echo, rank)
+        outcome = compare_runs(pair[0], pair[1], config, said)
         if narrow_fused and needs_narrowing(outcome, pair[1].trace) and backends[0] != backends[1]:
-            outcome = narrow(outcome, pair, path, script_args, config, run_dir, echo, record=recorder.for_rank(rank))
+            outcome = narrow(outcome, pair, path, script_args, config, run_dir, said, record=recorder.for_rank(rank))
         per_rank.append(outcome)
     return combine(per_rank, checks)

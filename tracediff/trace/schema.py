@@ -32,7 +32,9 @@ footer  {"t": "footer", "complete": true, "records": n, "ops": n,
          "elapsed_s": seconds, "ended": epoch seconds (which rank of a distributed run failed first),
          "local_modules": [{"name", "file"}...] (modules imported from the script's folder;
          `tracediff repro` copies them beside the repro),
-         "child_processes": n (forked children that ran ops; never recorded, record/fork.py)}
+         "child_processes": n (forked children that ran ops; never recorded, record/fork.py),
+         "process_group": {"backend": "nccl", "size": 2} (one rank of several, once the script made the
+         default group: unknown when the header is written)}
 
 tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          "sh": [2, 3], "dev": "cpu", "fp": fingerprint | null}
@@ -191,3 +193,4 @@ class Footer(TypedDict, total=False):
     child_processes: int
     error: ScriptError | None
     local_modules: list[dict[str, str]]
+    process_group: dict[str, Any]  # one rank of several: {"backend": "gloo", "size": 2}
