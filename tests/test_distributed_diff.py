@@ -222,3 +222,20 @@ def test_on_two_gpus_a_replica_drift_under_inductor_is_named(tmp_path: Path) -> 
     assert code == 1 and report is not None, stderr[-3000:]
     assert (report["first_divergence"]["rank"], report["first_divergence"]["source"]) == (
         1, f"{DDP}:{marker_line(DDP, 'planted drift line')}")
+
+
+def test_collectives_anchor_the_alignment_in_order(tmp_path: Path) -> None:
+    """The n-th all-reduce of A pairs with the n-th of B (their outputs are unread: no value to pair on):
+    by op and shape alone, where B ran one more, A's would pair with B's last."""
+    from tracediff.diff.align import align
+    from tracediff.diff.skeleton import build_skeleton
+
+    def reduce_(id_: int) -> dict[str, Any]:
+        return {"op": "c10d::allreduce_", "in": [_t(id_, 0, 1.0)], "out": [dict(_t(id_, 1, 0.0), fp=None, unread=True)],
+                "src": "p.py:7"}
+
+    extra = {"op": "aten::mul.Tensor", "in": [_t(9, 0, 2.0)], "out": [_t(10, 0, 4.0)], "src": "p.py:8"}
+    _trace(tmp_path / "a.jsonl", 0, [reduce_(1), extra])
+    _trace(tmp_path / "b.jsonl", 0, [reduce_(1), reduce_(2), extra])
+    partner, _ = align(build_skeleton(tmp_path / "a.jsonl"), build_skeleton(tmp_path / "b.jsonl"))
+    assert list(partner) == [0, 2]

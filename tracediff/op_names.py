@@ -59,3 +59,12 @@ def is_in_place(op: str) -> bool:
 def short(op: str) -> str:
     """`aten::addmm.out` -> `addmm`: the functional form without its namespace, for kernel names."""
     return base_op(op).removeprefix("aten::")
+
+
+# The namespaces of c10d's collectives and the functional ones compiled code and DTensor call.
+COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "_c10d_functional_autograd::")
+
+
+def is_collective(op: str | None) -> bool:
+    """`c10d::allreduce_`, `_c10d_functional::all_reduce`, `wait_tensor`, ...: a collective or its wait."""
+    return bool(op) and str(op).startswith(COLLECTIVE_NAMESPACES)

@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracediff.diff.replicas import Drift, ReplicaCheck, is_collective
+from tracediff.diff.replicas import Drift, ReplicaCheck
+from tracediff.op_names import is_collective
 from tracediff.outcome import Cause, Divergence, Outcome, RankVerdict, Verdict
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP

@@ -33,7 +33,7 @@ from tracediff.config import Config
 from tracediff.diff.align import align
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.diff.skeleton import alignable, build_skeleton
-from tracediff.op_names import base_op, packet
+from tracediff.op_names import base_op, is_collective, packet
 from tracediff.outcome import Site
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP
@@ -46,7 +46,6 @@ _REPLICATING = frozenset({
     "_c10d_functional::all_gather_into_tensor", "_c10d_functional::all_gather_into_tensor_out",
     "_c10d_functional::all_gather_into_tensor_coalesced", "_c10d_functional_autograd::all_gather_into_tensor",
 })
-_COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "_c10d_functional_autograd::")
 _WAIT = "_c10d_functional::wait_tensor"
 # Words in the names of ops whose result depends on a random generator's state, not only their inputs.
 _RANDOM_WORDS = ("rand", "bernoulli", "normal", "uniform", "exponential", "cauchy", "geometric", "random",
@@ -101,10 +100,6 @@ def check_replicas(rank_traces: list[Path], config: Config, backend: str | None 
         if drift is not None:
             drifts.append(drift)
     return ReplicaCheck(backend, len(rank_traces), shared, tuple(drifts))
-
-
-def is_collective(op: str | None) -> bool:
-    return bool(op) and str(op).startswith(_COLLECTIVE_NAMESPACES)
 
 
 def _is_random(record: dict[str, Any]) -> bool:

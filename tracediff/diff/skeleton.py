@@ -14,7 +14,7 @@ from typing import Any
 
 from tracediff.diff.nan import NanOrigin
 from tracediff.diff.place import makes_nonfinite
-from tracediff.op_names import base_op, short
+from tracediff.op_names import base_op, is_collective, short
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION
 
@@ -137,9 +137,25 @@ class Skeleton:
         return len(self.primary)
 
 
+class _CollectiveKeys:
+    """Collectives as anchors of the alignment: the n-th collective of an op with given inputs in A
+    pairs with the n-th such in B (the value tier), whatever their values. Ranks must call
+    collectives in one order, so a run compiled otherwise still calls the same ones in the same order;
+    their outputs are read only after they complete, so they have no value of their own to pair on."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, int] = {}
+
+    def key(self, record: dict[str, Any]) -> int:
+        kind = (base_op(record["op"]), _signature(record.get("in") or []))
+        self._seen[kind] = self._seen.get(kind, 0) + 1
+        return hash(("collective", kind, self._seen[kind]))
+
+
 def build_skeleton(path: str | Path) -> Skeleton:
     trace = Trace(path)
     skeleton = Skeleton(Path(path), trace.header)
+    collectives = _CollectiveKeys()
     for record in trace:
         if record["t"] == OP:
             skeleton.ops += 1
@@ -152,6 +168,8 @@ def build_skeleton(path: str | Path) -> Skeleton:
         skeleton.is_region.append(record["t"] == REGION)
         skeleton.backward.append(bool(record.get("bw")))
         primary, signature, value, fine, named = keys_of(record)
+        if record["t"] == OP and is_collective(record["op"]):
+            value = fine = collectives.key(record)
         skeleton.primary.append(primary)
         skeleton.signature.append(signature)
         skeleton.value.append(value if value is not None else 0)

@@ -107,7 +107,7 @@ def _render_ranks(ranks: list[dict[str, Any]]) -> list[str]:
             lines.append(f"  rank {entry['rank']}: {entry['verdict']}")
             continue
         how = "brought in by a collective" if first.get("entered") == "collective" else "made on this rank"
-        lines.append(f"  rank {entry['rank']}: {entry['verdict']} at {first['op']} ({first['source']}), {how}")
+        lines.append(f"  rank {entry['rank']}: {entry['verdict']} at {first['op']} ({first['source'] or 'no line known'}), {how}")
     return lines
 
 
