@@ -173,7 +173,9 @@ def test_a_set_of_per_rank_traces_is_found_by_its_name_or_directory(tmp_path: Pa
 
 
 def _run_fixture(tmp_path: Path, fixture: str, backends: str, *script_args: str) -> tuple[int, dict | None, str]:
-    return _tracediff(tmp_path, "run", str(FIXTURES / fixture), "--backends", backends, "--nproc-per-node", "2",
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = Path(fixture) if "/" in fixture else FIXTURES / fixture
+    return _tracediff(tmp_path, "run", str(script), "--backends", backends, "--nproc-per-node", "2",
                       "--out-dir", str(tmp_path / "run"), "--timeout", "500", "--", *script_args)
 
 
@@ -213,6 +215,20 @@ def test_on_two_gpus_with_nccl_under_inductor_a_fault_is_named_and_the_clean_run
     assert code == 1 and report is not None, stderr[-3000:]
     first = report["first_divergence"]
     assert (first["rank"], first["source"]) == (1, f"{fixture}:{marker_line(fixture, 'planted fault line')}")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA GPUs (NCCL)")
+def test_on_two_gpus_a_clean_gpt2_ddp_run_matches_on_every_rank(tmp_path: Path) -> None:
+    """Hugging Face GPT-2 (from a config) under DDP with AdamW, eager against inductor. Before: a false
+    divergence at c10d::allreduce_ on every rank (DDP's gradient buckets in another order after a
+    compiled backward, their views paired by position)."""
+    pytest.importorskip("transformers")
+    script = Path(__file__).resolve().parent.parent / "bench" / "distributed" / "gpt2_ddp.py"
+    code, report, stderr = _run_fixture(tmp_path, str(script), "eager,inductor", "--device", "cuda")
+    assert code == 0 and report is not None, stderr[-3000:]
+    assert [r["verdict"] for r in report["ranks"]] == ["match", "match"]
+    assert all(c["in_sync"] for c in report["replicas"])
 
 
 @pytest.mark.cuda

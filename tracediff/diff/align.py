@@ -136,24 +136,26 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
 
 
 def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:
-    """Unpair pairs made by op or shape whose two values both occur at the same line of the other trace:
-    the same values computed in another order, which monotone pairs cannot follow. DDP lays its gradient
-    buckets out in the order gradients became ready, which differs between an eager and a compiled
-    backward: the views into a bucket and the copies back into `.grad` then come in another order, and
-    pairing them by position would compare one parameter's gradient with another's. Unpaired, they are
-    not compared; the ops that read their values (the optimizer's) are."""
+    """Unpair pairs made by op or shape whose two values both occur at the same line of the other trace
+    (the same within 0.05%: a compiled run's values differ in their last digits): the same values computed
+    in another order, which monotone pairs cannot follow. DDP lays its gradient buckets out in the order
+    gradients became ready, which differs between an eager and a compiled backward: the views into a
+    bucket and the copies back into `.grad` then come in another order, and pairing them by position
+    compared one parameter's gradient with another's. Unpaired, they are not compared; the ops that read
+    their values (the optimizer's) are."""
     lines_a: dict[int, set[int]] = defaultdict(set)
     lines_b: dict[int, set[int]] = defaultdict(set)
     for skeleton, lines in ((a, lines_a), (b, lines_b)):
         for k in range(len(skeleton)):
             if skeleton.has_value[k]:
-                lines[skeleton.source[k]].add(skeleton.fine_value[k])
+                lines[skeleton.source[k]].update((skeleton.coarse[k], skeleton.coarse_shifted[k]))
     for i, j in enumerate(partner):
         if j < 0 or tier[i] == VALUE_TIER or not (a.has_value[i] and b.has_value[j]):
             continue
         line = a.source[i]  # 0 where no line is known (on CUDA, DDP's hooks run on autograd's own thread)
-        if (line == b.source[j] and a.fine_value[i] != b.fine_value[j]
-                and a.fine_value[i] in lines_b[line] and b.fine_value[j] in lines_a[line]):
+        if line != b.source[j] or a.coarse[i] == b.coarse[j] or a.coarse_shifted[i] == b.coarse_shifted[j]:
+            continue  # at other lines, or the pair's own values are about the same
+        if ({a.coarse[i], a.coarse_shifted[i]} & lines_b[line]) and ({b.coarse[j], b.coarse_shifted[j]} & lines_a[line]):
             partner[i], tier[i] = -1, 0
 
 

@@ -119,8 +119,9 @@ class Amplified:
                 self._origin.pop(self._key(t), None)
 
     def note(self) -> str | None:
-        """For a match: what differed only by amplification."""
-        if self.first is None:
+        """For a match: what differed only by amplification (None where no value was seen differing: an
+        amplifier whose outputs were never compared, a collective's in flight)."""
+        if self.first is None or self.values == 0:
             return None
         p = self.first.place
         return (f"{self.values} value(s) differ only by amplified differences below the tolerance, never reaching "

@@ -7,6 +7,7 @@ in the same order, using `alignable` to skip the same records.
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,10 @@ class Skeleton:
     value: array = field(default_factory=lambda: array("q"))
     fine_value: array = field(default_factory=lambda: array("q"))
     named: array = field(default_factory=lambda: array("q"))  # keys_of's named key, 0 for none
+    # The first output's magnitude (l1) in bins of about 0.1%, and in bins shifted by half a bin: two values
+    # within half a bin of each other share at least one (see `coarse_keys`).
+    coarse: array = field(default_factory=lambda: array("q"))
+    coarse_shifted: array = field(default_factory=lambda: array("q"))
     has_value: bytearray = field(default_factory=bytearray)
     source: array = field(default_factory=lambda: array("q"))  # hash of "file:line", 0 if unknown
     is_region: bytearray = field(default_factory=bytearray)
@@ -135,6 +140,25 @@ class Skeleton:
 
     def __len__(self) -> int:
         return len(self.primary)
+
+
+# Bins per decade of a coarse key: 2300 make a bin about 0.1% wide.
+_COARSE_BINS = 2300
+
+
+def coarse_keys(record: dict[str, Any]) -> tuple[int, int]:
+    """Two keys of the first output's dtype, shape and magnitude (l1), binned at about 0.1% and at the
+    bins shifted by half: values within 0.05% of each other share one of them. (0, 0) for no value."""
+    for t in record.get("out") or ():
+        fp = t.get("fp")
+        if fp and not t.get("uninit") and fp.get("n") and record["t"] != REGION:
+            l1 = fp.get("l1") or 0.0
+            x = math.log10(l1) * _COARSE_BINS if 0 < l1 < math.inf else None
+            kind = (t["dt"], tuple(t["sh"]))
+            if x is None:
+                return hash((*kind, l1)), hash((*kind, l1))
+            return hash((*kind, math.floor(x))), hash((*kind, "shifted", math.floor(x + 0.5)))
+    return 0, 0
 
 
 class _CollectiveKeys:
@@ -176,6 +200,9 @@ def build_skeleton(path: str | Path) -> Skeleton:
         skeleton.fine_value.append(fine if fine is not None else 0)
         skeleton.has_value.append(value is not None)
         skeleton.named.append(named)
+        coarse, shifted = coarse_keys(record)
+        skeleton.coarse.append(coarse)
+        skeleton.coarse_shifted.append(shifted)
         src = record.get("src")
         skeleton.source.append(hash(src) if src else 0)
         skeleton.op_lines.add(op_line_key(record))
