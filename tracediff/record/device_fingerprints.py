@@ -123,8 +123,10 @@ class DeviceFingerprints:
                 self._device = x.device
                 self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
             slot = len(self._slots)
+            # The kernel reads memory by address: a wrapper subclass's (a functional collective's
+            # AsyncCollectiveTensor, still in flight) is not its data. Torch's ops go through its dispatch.
             if (self._launch is not None and x.is_cuda and x.dtype in (torch.float32, torch.float64)
-                    and n < 2**31 - 2**24):
+                    and n < 2**31 - 2**24 and type(x) in (torch.Tensor, torch.nn.Parameter)):
                 self._launch(x, self._partials, slot)
             else:
                 _torch_partials(x.reshape(-1), self._partials[slot])
