@@ -24,6 +24,7 @@ same kernels on the same inputs.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,26 +116,40 @@ def _read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
             and not (overwrites and t.get("a") == "self")]
 
 
+# Tensors whose state a rank's walk keeps (the most recently written): an older one reads as a value from
+# outside the trace, which counts as replicated only where the ranks agree on it.
+_KEPT_VALUES = 1 << 18
+# What a drift names of the record that made a value.
+_PLACE_KEYS = ("t", "i", "op", "name", "src", "m", "code", "path")
+
+
 class _Values:
     """One rank's view of its values: for each tensor id, whether its current value is replicated
-    (True, False, or None for a value from outside the trace) and the record that made it."""
+    (True, False, or None for a value from outside the trace) and where the record that made it is."""
 
     def __init__(self) -> None:
-        self.state: dict[int, tuple[bool | None, dict[str, Any] | None]] = {}
+        self.state: OrderedDict[int, tuple[bool | None, dict[str, Any] | None]] = OrderedDict()
 
     def of(self, tensor: dict[str, Any]) -> tuple[bool | None, dict[str, Any] | None]:
         return self.state.get(tensor["id"], (None, None))
 
+    def set(self, tensor_id: int, state: tuple[bool | None, dict[str, Any] | None]) -> None:
+        self.state.pop(tensor_id, None)
+        self.state[tensor_id] = state
+        if len(self.state) > _KEPT_VALUES:
+            self.state.popitem(last=False)
+
     def write(self, record: dict[str, Any], replicated: bool) -> None:
+        place = {k: record[k] for k in _PLACE_KEYS if k in record}
         for out in record.get("out") or ():
             if out.get("uninit"):
-                self.state[out["id"]] = (False, record)  # garbage (`empty_like`): never alike by design
+                self.set(out["id"], (False, place))  # garbage (`empty_like`): never alike by design
                 continue
-            self.state[out["id"]] = (replicated, record)
+            self.set(out["id"], (replicated, place))
             base = out.get("b")
             if base is not None:  # written through a view: the base holds it too
                 before = self.state.get(base, (None, None))[0]
-                self.state[base] = (replicated and before is not False, record)
+                self.set(base, (replicated and before is not False, place))
 
 
 class _PairWalk:
@@ -177,7 +192,7 @@ class _PairWalk:
         if not alignable(record):
             state = values.of(record["in"][0]) if record.get("in") else (None, None)
             for out in record.get("out") or ():
-                values.state[out["id"]] = state
+                values.set(out["id"], state)
             return
         self.ran_alone[side].add(record["i"])
         inputs = _read_inputs(record)
