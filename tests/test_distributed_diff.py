@@ -255,3 +255,18 @@ def test_collectives_anchor_the_alignment_in_order(tmp_path: Path) -> None:
     _trace(tmp_path / "b.jsonl", 0, [reduce_(1), reduce_(2), extra])
     partner, _ = align(build_skeleton(tmp_path / "a.jsonl"), build_skeleton(tmp_path / "b.jsonl"))
     assert list(partner) == [0, 2]
+
+
+def test_a_sharded_dtensor_is_no_replica(tmp_path: Path) -> None:
+    """Each rank holds its own shard of a sharded DTensor (described by its local shard, `pl` "S"), though
+    the op that made it read replicated values alike."""
+    def program(rank: int) -> list[dict[str, Any]]:
+        records = _program(rank, "same")[:3]  # all-reduced, then `add`: replicated
+        shard = dict(_t(1, 0, 4.0 + rank), pl="S")
+        records.append({"op": "aten::mul.Tensor", "in": [shard], "out": [dict(_t(3, 0, 8.0 + rank), pl="S")],
+                        "sa": "e", "src": "p.py:6"})
+        return records
+
+    _trace(tmp_path / "t.rank0.jsonl", 0, program(0))
+    _trace(tmp_path / "t.rank1.jsonl", 1, program(1))
+    assert check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None)).first is None

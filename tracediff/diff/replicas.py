@@ -145,7 +145,7 @@ class _Values:
             if out.get("uninit"):
                 self.set(out["id"], (False, place))  # garbage (`empty_like`): never alike by design
                 continue
-            self.set(out["id"], (replicated, place))
+            self.set(out["id"], (replicated and out.get("pl") != "S", place))  # a shard: each rank's own
             base = out.get("b")
             if base is not None:  # written through a view: the base holds it too
                 before = self.state.get(base, (None, None))[0]
@@ -209,6 +209,8 @@ class _PairWalk:
         if comparable:
             for ta, tb in zip(inputs_a, inputs_b):
                 (rep_a, made_a), (rep_b, made_b) = self.values[0].of(ta), self.values[1].of(tb)
+                if "S" in (ta.get("pl"), tb.get("pl")):  # a sharded DTensor: each rank holds its own part
+                    rep_a = rep_b = False
                 same = self._same(ta, tb, a)
                 if rep_a and rep_b:
                     self.shared += 1

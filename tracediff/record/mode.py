@@ -36,7 +36,7 @@ from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
-from tracediff.record.spmd_args import default_group, group_size, scalar_digest
+from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
 from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
 from tracediff.trace.writer import TraceWriter
 
@@ -302,6 +302,8 @@ class TraceRecorder(TorchDispatchMode):
             device_name = self._device_names[device] = str(device)
         described = {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
                      "fp": fp}
+        if self.spmd and type(t).__name__ == "DTensor":
+            described["pl"] = placement_kind(t)
         if storage is not entry:
             described["b"] = storage[0]
         return described

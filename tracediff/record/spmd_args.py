@@ -76,3 +76,12 @@ def default_group() -> dict[str, Any] | None:
     except (RuntimeError, ValueError):
         return None
     return None
+
+
+def placement_kind(t: torch.Tensor) -> str:
+    """A DTensor's placements in one letter: "R" where every mesh dimension replicates it (each rank holds
+    the whole, alike), "S" where one shards it or holds partial sums (each rank holds its own part)."""
+    try:
+        return "R" if all(p.is_replicate() for p in t.placements) else "S"  # type: ignore[attr-defined]
+    except AttributeError:
+        return "S"

@@ -47,6 +47,8 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          `v` of the base too: `v[idx] = x` changes what `base` holds.
          "unread": true (outputs only): a tensor the op wrote in place without returning it (an
          in-place foreach op, AdamW's step on CUDA), listed for dataflow, not fingerprinted (fp null).
+         "pl": "R" | "S" (one rank of several, a DTensor, described by its local shard): replicated on
+         every mesh dimension, or sharded or partial (each rank holds its own part)
          "ft": level (regions and kernels only): a torch.func wrapper (vmap, grad, jvp)
          seen outside the dispatcher, described by the tensor it wraps (record/functorch.py).
 """
@@ -95,6 +97,7 @@ class Tensor(TypedDict, total=False):
     unread: bool  # written in place and not returned
     uninit: bool  # uninitialized memory (`empty`) or a kernel's scratch: never compared
     ft: int  # a torch.func wrapper's level
+    pl: str  # one rank of several, a DTensor (described by its local shard): "R" replicated, "S" sharded or partial
 
 
 class FusedOp(TypedDict, total=False):
