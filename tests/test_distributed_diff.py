@@ -97,7 +97,7 @@ def test_a_replica_that_drifts_is_named_by_one_backend_on_its_ranks(tmp_path: Pa
     first = report["first_divergence"]
     assert (first["rank"], first["source"]) == (1, f"{DDP}:{marker_line(DDP, 'planted drift line')}")
     drift, = report["replicas"][0]["drifts"]
-    assert drift["on_rank"] == 1 and "only rank 1 ran it" in drift["why"]
+    assert (drift["on_rank"], drift["how"]) == (1, "alone") and "only rank 1 ran it" in drift["why"]
     assert len(report["traces"]) == 2 and "ranks" not in report
 
 
@@ -148,7 +148,8 @@ def test_the_same_arguments_on_replicated_inputs_must_give_the_same_result(tmp_p
     _trace(tmp_path / "t.rank0.jsonl", 0, _program(0, "same"))
     _trace(tmp_path / "t.rank1.jsonl", 1, _program(1, "same"))
     drift = check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None)).first
-    assert drift is not None and (drift.site.op, drift.site.source, drift.on_rank) == ("aten::select.int", "p.py:5", 0)
+    assert drift is not None and (drift.site.op, drift.site.source, drift.on_rank, drift.how) == (
+        "aten::select.int", "p.py:5", 0, "computed")
 
 
 def test_an_op_only_one_rank_ran_on_a_replicated_value_is_named(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from tracediff.diff.replicas import Drift, ReplicaCheck
 from tracediff.op_names import is_collective
@@ -99,7 +98,7 @@ def combine(per_rank: Sequence[Outcome], checks: Sequence[ReplicaCheck]) -> Outc
 
 def drift_divergence(drift: Drift) -> Divergence:
     """A replica drift as the report's `first_divergence` (a run whose ranks drift apart, nothing else)."""
-    pinned = "value" if drift.on_rank == 0 and "inputs agree" in drift.why else "position"
+    pinned = "value" if drift.how == "computed" else "position"
     return Divergence(Cause.OUTPUT, drift.site, drift.rel_diff, (drift.site,), pinned, drift.path, True, False,
                       f"replicas part: {drift.why}; {drift.comparison}", None, None, None,
                       rank=drift.on_rank, entered="local")
@@ -108,7 +107,7 @@ def drift_divergence(drift: Drift) -> Divergence:
 def replica_outcome(check: ReplicaCheck, traces: Sequence[str], base: Outcome) -> Outcome:
     """One run on several ranks checked for drift alone (`tracediff run --backends inductor --nproc-per-node 2`)."""
     drift = check.first
-    notes: list[Any] = [f"{check.world_size} ranks, {check.replicated_values} replicated values compared across "
+    notes = [f"{check.world_size} ranks, {check.replicated_values} replicated values compared across "
                         f"ranks: " + ("in sync" if drift is None else f"ranks 0 and {drift.rank} part")]
     verdict = base.verdict if base.verdict is Verdict.FAILED else Verdict.MATCH if drift is None else Verdict.DIVERGED
     return replace(base, verdict=verdict, traces=tuple(traces),

@@ -63,13 +63,14 @@ class Drift:
     on_rank: int  # whose record `site` is: rank 0's, or `rank`'s for an op only it ran
     site: Site
     path: str | None
+    how: str  # "computed" (replicated inputs agree, outputs do not), "alone" (one rank ran it), "written" (read later)
     why: str
     rel_diff: float | None
     comparison: str
 
     def to_json(self) -> dict[str, Any]:
         return {"ranks": [0, self.rank], "on_rank": self.on_rank, **self.site.to_json(), "path": self.path,
-                "why": self.why, "rel_diff": self.rel_diff, "comparison": self.comparison}
+                "how": self.how, "why": self.why, "rel_diff": self.rel_diff, "comparison": self.comparison}
 
 
 @dataclass(frozen=True)
@@ -231,12 +232,12 @@ class _PairWalk:
         else:
             replicated = every_input_replicated and a.get("sa") == b.get("sa")
             if replicated and outputs_agree is not None and not outputs_agree[0]:
-                return self._drift(0, a, "its inputs agree on both ranks (replicated values), its outputs do not",
-                                   outputs_agree)
+                return self._drift(0, a, "computed", "its inputs agree on both ranks (replicated values), its "
+                                   "outputs do not", outputs_agree)
         if op == _WAIT and replicated and outputs_agree is not None and not outputs_agree[0]:
             made = self.values[0].of(a["in"][0])[1] or a
-            return self._drift(0, made, "a collective that gives every rank the same result left them different",
-                               outputs_agree)
+            return self._drift(0, made, "written", "a collective that gives every rank the same result left them "
+                               "different", outputs_agree)
         self.values[0].write(a, replicated)
         self.values[1].write(b, replicated)
         return None
@@ -246,14 +247,16 @@ class _PairWalk:
         """A replicated value this record reads differs: it was made different before, by an op only one
         rank ran, or by a collective whose results were not read where it ran."""
         if made_b is not None and made_b["i"] in self.ran_alone[1]:
-            return self._drift(self.rank, made_b, f"only rank {self.rank} ran it, writing a value every rank holds "
-                               f"(read at {record.get('src')} as {tensor.get('a')})", same)
+            return self._drift(self.rank, made_b, "alone", f"only rank {self.rank} ran it, writing a value every rank "
+                               f"holds (read at {record.get('src')} as {tensor.get('a')})", same)
         if made_a is not None and made_a["i"] in self.ran_alone[0]:
-            return self._drift(0, made_a, "only rank 0 ran it, writing a value every rank holds", same)
+            return self._drift(0, made_a, "alone", "only rank 0 ran it, writing a value every rank holds", same)
         made = made_a or record
         if is_collective(made.get("op")):
-            return self._drift(0, made, "a collective that gives every rank the same result left them different", same)
-        return self._drift(0, made, f"the value it wrote differs between the ranks (read at {record.get('src')})", same)
+            return self._drift(0, made, "written", "a collective that gives every rank the same result left them "
+                               "different", same)
+        return self._drift(0, made, "written", f"the value it wrote differs between the ranks (read at "
+                           f"{record.get('src')})", same)
 
     def _same(self, ta: dict[str, Any], tb: dict[str, Any], record: dict[str, Any]) -> tuple[bool, float, str] | None:
         fa, fb = ta.get("fp"), tb.get("fp")
@@ -276,10 +279,10 @@ class _PairWalk:
         worst = max(judged, key=lambda s: (not s[0], s[1]))
         return worst
 
-    def _drift(self, side: int, record: dict[str, Any], why: str, same: tuple[bool, float, str]) -> Drift:
+    def _drift(self, side: int, record: dict[str, Any], how: str, why: str, same: tuple[bool, float, str]) -> Drift:
         site = Site(record.get("op") or record.get("name"), record.get("i"), record.get("src"), record.get("m"),
                     record.get("code"))
-        return Drift(self.rank, self.rank if side else 0, site, record.get("path"), why,
+        return Drift(self.rank, self.rank if side else 0, site, record.get("path"), how, why,
                      same[1] if same[1] != float("inf") else None, same[2])
 
 
