@@ -33,8 +33,9 @@ from typing import Any
 from tracediff.config import Config
 from tracediff.diff.align import align
 from tracediff.diff.compare import compare_fingerprints
+from tracediff.diff.place import draws_random, read_inputs
 from tracediff.diff.skeleton import alignable, build_skeleton
-from tracediff.op_names import base_op, is_collective, packet
+from tracediff.op_names import base_op, is_collective
 from tracediff.outcome import Site
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP
@@ -48,11 +49,6 @@ _REPLICATING = frozenset({
     "_c10d_functional::all_gather_into_tensor_coalesced", "_c10d_functional_autograd::all_gather_into_tensor",
 })
 _WAIT = "_c10d_functional::wait_tensor"
-# Words in the names of ops whose result depends on a random generator's state, not only their inputs.
-_RANDOM_WORDS = ("rand", "bernoulli", "normal", "uniform", "exponential", "cauchy", "geometric", "random",
-                 "multinomial", "dropout", "rrelu", "poisson")
-# Ops whose first argument's old value is overwritten, not read.
-_OVERWRITES_SELF = frozenset({"aten::copy", "aten::fill", "aten::zero", "aten::set"})
 
 
 @dataclass(frozen=True)
@@ -105,16 +101,15 @@ def check_replicas(rank_traces: list[Path], config: Config, backend: str | None 
 
 
 def _is_random(record: dict[str, Any]) -> bool:
+    """Does the record draw from a random generator (its result depends on the generator's state too)?"""
     ops = [f.get("op") or "" for f in record.get("fuses") or []] if record["t"] == KERNEL else [record.get("op") or ""]
-    return any(word in packet(op).split("::")[-1] for op in ops for word in _RANDOM_WORDS)
+    return any(draws_random(op) for op in ops if op)
 
 
 def _read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tensors whose values the op reads: not out= buffers or values in flight (no fingerprint), not
-    the target of `copy_`/`fill_` (overwritten)."""
-    overwrites = record["t"] == OP and base_op(record["op"]) in _OVERWRITES_SELF
-    return [t for t in record.get("in") or () if t.get("fp") is not None and not t.get("uninit")
-            and not (overwrites and t.get("a") == "self")]
+    """The tensors whose values the op reads (`place.read_inputs`) and the recorder fingerprinted: not
+    values in flight, not uninitialized memory."""
+    return [t for t in read_inputs(record) if t.get("fp") is not None and not t.get("uninit")]
 
 
 # Tensors whose state a rank's walk keeps (the most recently written): an older one reads as a value from

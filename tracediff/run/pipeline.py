@@ -139,10 +139,14 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
-               echo: Callable[[str], None], label: str = "", float64: bool = False) -> RunResult:
-    """Record one run of the script; a backend that cannot even start is a usage error."""
-    echo(f"tracediff: recording {path} with backend {backend}{label} -> {trace}")
-    result = record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64), trace, echo)
+               echo: Callable[[str], None], label: str = "", float64: bool = False, nproc: int = 1) -> RunResult:
+    """Record one run of the script (on `nproc` ranks: one trace per rank, `trace` with the rank in its
+    name); a backend that cannot even start is a usage error."""
+    where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if nproc > 1 else str(trace)
+    on_ranks = f" on {nproc} ranks (torch.distributed.run)" if nproc > 1 else ""
+    echo(f"tracediff: recording {path} with backend {backend}{label}{on_ranks} -> {where}")
+    result = record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64, nproc=nproc),
+                                  trace, echo)
     if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import: said once, as the error
         raise UserError(result.failure() or f"backend {backend}: bad usage")
     echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))

@@ -10,7 +10,6 @@ from pathlib import Path
 from tracediff.config import Config
 from tracediff.diff.ranks import combine, replica_outcome
 from tracediff.diff.replicas import ReplicaCheck, check_replicas
-from tracediff.errors import ExitCode, UserError
 from tracediff.launch.launcher import Recording, record_in_subprocess, trace_name
 from tracediff.outcome import Outcome, RunResult, RunSummary, Verdict
 
@@ -45,17 +44,6 @@ def _on_rank(echo: Callable[[str], None], rank: int) -> Callable[[str], None]:
     return lambda line: echo(line.replace("tracediff: ", f"tracediff: rank {rank}: ", 1))
 
 
-def record_ranks(path: Path, script_args: list[str], backend: str, trace: Path, config: Config, nproc: int,
-                 echo: Callable[[str], None]) -> RunResult:
-    echo(f"tracediff: recording {path} with backend {backend} on {nproc} ranks (torch.distributed.run) -> "
-         f"{trace.with_suffix('')}.rank*.jsonl")
-    result = record_in_subprocess(path, script_args, Recording.of(config, backend, nproc=nproc), trace, echo)
-    if result.returncode == ExitCode.USAGE:
-        raise UserError(result.failure() or f"backend {backend}: bad usage")
-    echo(f"tracediff: backend {backend}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))
-    return result
-
-
 def check_run_replicas(run: RunResult, config: Config, echo: Callable[[str], None]) -> ReplicaCheck | None:
     """The replica check of a run whose every rank left a trace; None for a failed run."""
     if not run.ok or not all(p.is_file() for p in run.rank_traces):
@@ -72,10 +60,10 @@ def run_ranks(path: Path, script_args: list[str], backends: list[str], config: C
               echo: Callable[[str], None], narrow_fused: bool = True) -> Outcome:
     """Two backends on `nproc` ranks each, compared rank by rank; one backend: its replicas checked only."""
     from tracediff.run.narrow import narrow, needs_narrowing
-    from tracediff.run.pipeline import compare_runs
+    from tracediff.run.pipeline import compare_runs, record_run
 
-    runs = [record_ranks(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, nproc,
-                         echo) for slot, backend in zip("ab", backends)]
+    runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo,
+                       nproc=nproc) for slot, backend in zip("ab", backends)]
     checks = [c for c in (check_run_replicas(run, config, echo) for run in runs) if c is not None]
     if len(runs) == 1:
         run = runs[0]
