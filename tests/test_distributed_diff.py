@@ -204,7 +204,7 @@ def _two_gpus() -> bool:
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA GPUs (NCCL)")
-@pytest.mark.parametrize("fixture", ["ddp_step.py", "tp_mlp.py"])
+@pytest.mark.parametrize("fixture", ["ddp_step.py", "tp_mlp.py", "fsdp2_mlp.py"])
 def test_on_two_gpus_with_nccl_under_inductor_a_fault_is_named_and_the_clean_run_matches(
         tmp_path: Path, fixture: str) -> None:
     clean = _run_fixture(tmp_path / "clean", fixture, "eager,inductor", "--device", "cuda")
@@ -271,3 +271,38 @@ def test_a_sharded_dtensor_is_no_replica(tmp_path: Path) -> None:
     _trace(tmp_path / "t.rank0.jsonl", 0, program(0))
     _trace(tmp_path / "t.rank1.jsonl", 1, program(1))
     assert check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None)).first is None
+
+
+def test_each_rank_taking_its_own_chunk_of_a_replicated_split_is_no_drift(tmp_path: Path) -> None:
+    """gloo's reduce-scatter all-reduces, splits the result alike on every rank, and each rank copies its own
+    chunk: both chunks are replicas, but rank 0 reads chunk 0 where rank 1 reads chunk 1."""
+    def program(rank: int) -> list[dict[str, Any]]:
+        records = _program(rank, "same")[:3]  # all-reduced, then `add`: replicated
+        chunks = [dict(_t(3, 0, 1.0), a="0"), dict(_t(4, 0, 2.0), a="1")]
+        records.append({"op": "aten::split.Tensor", "in": [_t(1, 0, 4.0)], "out": chunks, "sa": "f", "src": "p.py:6"})
+        mine = dict(chunks[rank], a="src")
+        records.append({"op": "aten::mul.Tensor", "in": [mine], "out": [_t(5, 0, 2.0 * (rank + 1))], "sa": "g",
+                        "src": "p.py:7"})
+        return records
+
+    _trace(tmp_path / "t.rank0.jsonl", 0, program(0))
+    _trace(tmp_path / "t.rank1.jsonl", 1, program(1))
+    check = check_replicas(rank_set(tmp_path / "t.jsonl") or [], load_config(None))
+    assert check.first is None and check.replicated_values >= 2
+
+
+@pytest.mark.slow
+def test_fsdp2_training_matches_when_clean_and_a_fault_is_named_on_its_rank(tmp_path: Path) -> None:
+    """FSDP2 re-allocates each unsharded parameter outside the dispatcher before an all-gather writes it, and
+    gloo's reduce-scatter hands each rank its chunk of an all-reduced buffer. Before: a false divergence at
+    the all-gather on every rank, and a false replica drift at the chunks' `split`."""
+    clean = _run_fixture(tmp_path / "clean", "fsdp2_mlp.py", "eager,aot_eager")
+    assert clean[0] == 0 and clean[1] is not None, clean[2][-3000:]
+    assert [r["verdict"] for r in clean[1]["ranks"]] == ["match", "match"]
+    assert all(c["in_sync"] and c["replicated_values"] > 0 for c in clean[1]["replicas"])
+    code, report, stderr = _run_fixture(tmp_path / "fault", "fsdp2_mlp.py", "eager,aot_eager", "--fault-rank", "1")
+    assert code == 1 and report is not None, stderr[-3000:]
+    first = report["first_divergence"]
+    assert (first["rank"], first["op"], first["source"], first["entered"]) == (
+        1, "aten::mul.Tensor", f"fsdp2_mlp.py:{marker_line('fsdp2_mlp.py', 'planted fault line')}", "local")
+    assert report["ranks"][0]["first_divergence"]["entered"] == "collective"

@@ -202,6 +202,24 @@ def test_uninitialized_outputs_are_marked(tmp_path: Path) -> None:
     assert empty["out"][0]["uninit"] is True
 
 
+def test_storage_regrown_outside_the_dispatcher_reads_as_garbage_until_written(tmp_path: Path) -> None:
+    """FSDP2 frees a parameter's storage with `resize_(0)` and re-allocates it with `resize_(n)` (no op, no
+    version bump) before an all-gather writes it: read in between, it is garbage and a new value."""
+    weight = torch.ones(4)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        weight.mul(2)  # the value as written
+        weight.untyped_storage().resize_(0)
+        weight.untyped_storage().resize_(16)
+        weight.view(2, 2)  # read before written: garbage
+        weight.copy_(torch.full((4,), 3.0))
+        weight.mul(2)
+    assert torch.UntypedStorage.resize_ is torch._C.StorageBase.resize_  # the wrapper is gone
+    read_before, garbage_view, copy, read_after = (r for r in _ops(tmp_path / "t.jsonl") if r["op"] != "aten::full")
+    assert garbage_view["in"][0]["uninit"] is True and garbage_view["in"][0]["v"] == read_before["in"][0]["v"] + 1
+    assert not copy["out"][0].get("uninit") and not read_after["in"][0].get("uninit")
+    assert read_after["in"][0]["fp"]["sum"] == 12.0
+
+
 def test_rnn_workspace_is_marked_uninitialized_but_its_results_are_not(tmp_path: Path) -> None:
     # A CPU LSTM in training returns a uint8 workspace for its backward, partly
     # never written: its bytes differ run to run, so comparing it is a false alarm.

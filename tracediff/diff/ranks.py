@@ -44,17 +44,27 @@ def entered_by(divergence: Divergence, trace_a: str | Path) -> str:
 
 
 def _writers_of_inputs(trace_a: str | Path, index: int) -> list[str]:
-    """The ops that wrote the values record `index` of `trace_a` reads."""
+    """The ops that wrote the values record `index` of `trace_a` reads. A value no record made, first seen
+    right after a collective, is that collective's: a backend may compute a result outside the
+    dispatcher (gloo's reduce-scatter all-reduces a copy, then splits it with dispatched ops)."""
     writers: dict[int, str] = {}
+    seen: set[int] = set()
+    previous = ""
     for record in Trace(trace_a):
         if record["t"] not in (OP, KERNEL):
             continue
+        inputs = record.get("in") or ()
         if record.get("i") == index:
-            return [writers[t["id"]] for t in record.get("in") or () if t["id"] in writers]
+            return [writers[t["id"]] for t in inputs if t["id"] in writers] + [
+                previous for t in inputs if t["id"] not in seen and is_collective(previous)]
+        for t in inputs:
+            seen.add(t["id"])
         for out in record.get("out") or ():
+            seen.add(out["id"])
             writers[out["id"]] = record.get("op") or record.get("name") or ""
             if out.get("b") is not None:
                 writers[out["b"]] = writers[out["id"]]
+        previous = record.get("op") or record.get("name") or ""
     return []
 
 

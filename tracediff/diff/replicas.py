@@ -118,18 +118,23 @@ _KEPT_VALUES = 1 << 18
 # What a drift names of the record that made a value.
 _PLACE_KEYS = ("t", "i", "op", "name", "src", "m", "code", "path")
 
+# A value's state: replicated (None: from outside the trace), the record that made it, which output of it.
+_State = tuple[bool | None, dict[str, Any] | None, str | None]
+_OUTSIDE: _State = (None, None, None)
+
 
 class _Values:
     """One rank's view of its values: for each tensor id, whether its current value is replicated
-    (True, False, or None for a value from outside the trace) and where the record that made it is."""
+    (True, False, or None for a value from outside the trace), where the record that made it is, and
+    which of that record's outputs it is (`split`'s chunk 0 or 1)."""
 
     def __init__(self) -> None:
-        self.state: OrderedDict[int, tuple[bool | None, dict[str, Any] | None]] = OrderedDict()
+        self.state: OrderedDict[int, _State] = OrderedDict()
 
-    def of(self, tensor: dict[str, Any]) -> tuple[bool | None, dict[str, Any] | None]:
-        return self.state.get(tensor["id"], (None, None))
+    def of(self, tensor: dict[str, Any]) -> _State:
+        return self.state.get(tensor["id"], _OUTSIDE)
 
-    def set(self, tensor_id: int, state: tuple[bool | None, dict[str, Any] | None]) -> None:
+    def set(self, tensor_id: int, state: _State) -> None:
         self.state.pop(tensor_id, None)
         self.state[tensor_id] = state
         if len(self.state) > _KEPT_VALUES:
@@ -139,13 +144,13 @@ class _Values:
         place = {k: record[k] for k in _PLACE_KEYS if k in record}
         for out in record.get("out") or ():
             if out.get("uninit"):
-                self.set(out["id"], (False, place))  # garbage (`empty_like`): never alike by design
+                self.set(out["id"], (False, place, out.get("a")))  # garbage (`empty_like`): never alike by design
                 continue
-            self.set(out["id"], (replicated and out.get("pl") != "S", place))  # a shard: each rank's own
+            self.set(out["id"], (replicated and out.get("pl") != "S", place, out.get("a")))  # a shard: each rank's own
             base = out.get("b")
             if base is not None:  # written through a view: the base holds it too
-                before = self.state.get(base, (None, None))[0]
-                self.set(base, (replicated and before is not False, place))
+                before = self.state.get(base, _OUTSIDE)[0]
+                self.set(base, (replicated and before is not False, place, None))
 
 
 class _PairWalk:
@@ -186,7 +191,7 @@ class _PairWalk:
             return
         values = self.values[side]
         if not alignable(record):
-            state = values.of(record["in"][0]) if record.get("in") else (None, None)
+            state = values.of(record["in"][0]) if record.get("in") else _OUTSIDE
             for out in record.get("out") or ():
                 values.set(out["id"], state)
             return
@@ -204,8 +209,10 @@ class _PairWalk:
         every_input_replicated = comparable and bool(inputs_a)
         if comparable:
             for ta, tb in zip(inputs_a, inputs_b):
-                (rep_a, made_a), (rep_b, made_b) = self.values[0].of(ta), self.values[1].of(tb)
+                (rep_a, made_a, slot_a), (rep_b, made_b, slot_b) = self.values[0].of(ta), self.values[1].of(tb)
                 if "S" in (ta.get("pl"), tb.get("pl")):  # a sharded DTensor: each rank holds its own part
+                    rep_a = rep_b = False
+                if _other_outputs(made_a, slot_a, made_b, slot_b):  # each rank took its own chunk of a `split`
                     rep_a = rep_b = False
                 same = self._same(ta, tb, a)
                 if rep_a and rep_b:
@@ -279,6 +286,14 @@ class _PairWalk:
                     record.get("code"))
         return Drift(self.rank, self.rank if side else 0, site, record.get("path"), how, why,
                      same[1] if same[1] != float("inf") else None, same[2])
+
+
+def _other_outputs(made_a: dict[str, Any] | None, slot_a: str | None, made_b: dict[str, Any] | None,
+                   slot_b: str | None) -> bool:
+    """Are the two values different outputs of one op both ranks ran (chunk 0 of a `split` on rank 0, chunk 1
+    on rank 1)? Each is a replica of its own, but they are not each other's."""
+    return (made_a is not None and made_b is not None and made_a.get("op") == made_b.get("op")
+            and None not in (slot_a, slot_b) and slot_a != slot_b)
 
 
 def _with_positions(trace: Trace) -> Iterator[tuple[dict[str, Any], int | None]]:

@@ -37,6 +37,7 @@ from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
+from tracediff.record.storage_resizes import StorageResizes
 from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
 from tracediff.trace.writer import TraceWriter
 
@@ -247,6 +248,8 @@ class TraceRecorder(TorchDispatchMode):
         # Generated kernels' buffers by storage (device, address): the storage, the first buffer seen on
         # it and that buffer's entry (see link_kernel_buffers).
         self._kernel_storages: dict[tuple[str, int], tuple[weakref.ref, weakref.ref, list]] = {}
+        # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
+        self.resizes = StorageResizes()
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
     # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
@@ -278,6 +281,16 @@ class TraceRecorder(TorchDispatchMode):
         owner, storage = self._storage(t, entry)
         if written:
             storage[3] += 1
+        garbage = False
+        if self.resizes.pending:
+            if mutated or written:
+                self.resizes.written(t)
+            else:
+                counted = self.resizes.read(t)
+                if counted is not None:
+                    garbage = True
+                    if not counted:  # the re-allocation made a new value, unseen by the version counter
+                        storage[3] += 1
         # An alias shares its owner's counter only once the op making it has returned: read the owner's.
         version = _version(t if owner is None or t._is_view() else owner)
         if version is not None:
@@ -306,6 +319,8 @@ class TraceRecorder(TorchDispatchMode):
             described["pl"] = placement_kind(t)
         if storage is not entry:
             described["b"] = storage[0]
+        if garbage:
+            described["uninit"] = True
         return described
 
     def _storage(self, t: torch.Tensor, entry: list) -> tuple[torch.Tensor | None, list]:
@@ -525,6 +540,10 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
+            if written and self.resizes.pending:
+                for _, t, is_written, _ in tensor_args:
+                    if is_written:
+                        self.resizes.written(t)
             if info.aliases_storage and isinstance(result, torch.Tensor) and tensor_args:
                 source = tensor_args[0][1]
                 owner, storage = self._storage(source, self._entry(source))
@@ -636,11 +655,13 @@ class TraceRecorder(TorchDispatchMode):
     def __enter__(self) -> TraceRecorder:
         self._thread = threading.get_ident()
         self.modules.__enter__()
+        self.resizes.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         try:
             super().__exit__(*exc)
         finally:
+            self.resizes.__exit__(*exc)
             self.modules.__exit__(*exc)
 
