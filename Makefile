@@ -48,8 +48,12 @@ test-fast: setup
 test-slow: setup
 	$(PYTEST) -m slow
 
+# The recording-cost workloads include Hugging Face GPT-2 (from a config): transformers comes with .[bench].
+# Narrow it with e.g. BENCH_ARGS="--only overhead --workloads hf_gpt2".
+BENCH_ARGS    ?=
 bench: setup
-	$(BIN)/python bench/run.py
+	$(PIP) -e ".[bench]" >> $(SETUP_LOG) 2>&1 || { cat $(SETUP_LOG); exit 1; }
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # Planted faults in compiled graphs of small and library models: is the reported line the faulty one?
 # Narrow it with e.g. LOCALIZE_ARGS="--models gpt2 --backends inductor --samples 10".

@@ -43,7 +43,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
-WORKLOADS = ("transformer", "train_step", "mlp", "cnn")
+WORKLOADS = ("hf_gpt2", "transformer", "train_step", "mlp", "cnn")
 MODES = ("eager", "inductor")
 CONFIGS = ("plain", "tracediff", "debugmode")
 
@@ -136,7 +136,7 @@ def micro() -> dict[str, Any]:
         row: dict[str, Any] = {"n": n, "sum_ms": device_ms(lambda: x.sum())}  # noqa: B023 (called at once)
         for programs in (264, 1056):
             for block, warps in ((1024, 4), (2048, 8), (4096, 8)):
-                out = torch.zeros((1, programs, 6), dtype=torch.float64, device="cuda")
+                out = torch.zeros((1, programs, fingerprint_kernel.STATS), dtype=torch.float64, device="cuda")
                 launch = fingerprint_kernel.Launcher(block=block, warps=warps)
                 row[f"p{programs}_b{block}_w{warps}_ms"] = device_ms(lambda: launch(x, out, 0))  # noqa: B023 (called at once)
         row["GBps_sum"] = n * 4 / row["sum_ms"] / 1e6
@@ -177,14 +177,15 @@ def _fetches(session: Any) -> int:
     return device.fetches if device is not None else 0
 
 
-def run_all(workloads: list[str], modes: list[str], warmup: int, reps: int, timeout: float) -> dict[str, Any]:
+def run_all(workloads: list[str], modes: list[str], warmup: int, reps: int, timeout: float,
+            configs: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     rows = []
     for workload in workloads:
         for mode in modes:
             row: dict[str, Any] = {"workload": workload, "mode": mode}
-            for config in CONFIGS:
+            for config in configs or CONFIGS:
                 log(f"[cuda] {workload} / {mode} / {config} ...")
                 cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, mode, config,
                        "--warmup", str(warmup), "--reps", str(reps)]
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="plain, tracediff, debugmode (comma-separated)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per config process")
@@ -256,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         log("bench/gpu.py: no CUDA device; nothing measured")
         return 0
-    res = run_all(args.workloads.split(","), args.modes.split(","), args.warmup, args.reps, args.timeout)
+    res = run_all(args.workloads.split(","), args.modes.split(","), args.warmup, args.reps, args.timeout,
+                  args.configs.split(","))
     res["command"] = "python bench/gpu.py " + " ".join(argv if argv is not None else sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1))

@@ -321,14 +321,18 @@ _NOISY = 1.25
 _RETRY_BUDGET_S = 200.0
 
 
-def section_overhead(quick: bool) -> dict[str, Any]:
+def section_overhead(quick: bool, names: list[str] | None = None) -> dict[str, Any]:
     import workloads
 
+    names = list(names or workloads.NAMES)
+    for name in [n for n in names if not workloads.available(n)]:
+        log(f"[overhead] {name}: skipped (needs transformers: pip install -e '.[bench]')")
+        names.remove(name)
     tmp = Path(tempfile.mkdtemp(prefix="tracediff-bench-"))
     rows = []
     attempts = 1 if quick else 3
     started = time.perf_counter()
-    for name in ("empty", *workloads.NAMES):
+    for name in ("empty", *names):
         tries: list[dict[str, Any]] = []
         for attempt in range(attempts):
             log(f"[overhead] timing {name} ..." + (f" (attempt {attempt + 1}: the last one was noisy)" if attempt else ""))
@@ -350,7 +354,7 @@ def section_overhead(quick: bool) -> dict[str, Any]:
         rows.append(best)
     calls = 2 if quick else 4
     memory: dict[str, dict[str, Any]] = {}
-    for name in workloads.NAMES:
+    for name in names:
         for config in CONFIGS:
             log(f"[overhead] memory {name} / {config} (fresh subprocess) ...")
             memory[f"{name}/{config}"] = _run_child(["--child-memory", name, config, str(calls)])
@@ -752,7 +756,7 @@ def table_sequence(res: dict[str, Any]) -> str:
 # -- main -------------------------------------------------------------------------------------------
 
 
-def section_cuda(quick: bool) -> dict[str, Any]:
+def section_cuda(quick: bool, names: list[str] | None = None) -> dict[str, Any]:
     """bench/gpu.py: eager and inductor on the GPU sizes; skipped without CUDA."""
     import gpu
     import torch
@@ -760,7 +764,7 @@ def section_cuda(quick: bool) -> dict[str, Any]:
     if not torch.cuda.is_available():
         log("[cuda] no CUDA device: skipped")
         return {"skipped": "No CUDA device on this machine: skipped (run on an NVIDIA GPU)."}
-    workloads = ["transformer", "train_step"] if quick else list(gpu.WORKLOADS)
+    workloads = names or (["transformer", "train_step"] if quick else list(gpu.WORKLOADS))
     return gpu.run_all(workloads, list(gpu.MODES), warmup=2 if quick else 3, reps=3 if quick else 10, timeout=600)
 
 
@@ -802,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--quick", action="store_true", help="fast smoke run")
     ap.add_argument("--only", choices=SECTIONS, help="run one section")
+    ap.add_argument("--workloads", help="overhead and cuda sections: these workloads only (comma-separated)")
     ap.add_argument("--child-memory", nargs=3, metavar=("WORKLOAD", "CONFIG", "CALLS"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-e2e", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-phases", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
@@ -827,17 +832,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     command = ("python bench/run.py" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
-               + (" --gc-check" if args.gc_check else ""))
+               + (f" --workloads {args.workloads}" if args.workloads else "") + (" --gc-check" if args.gc_check else ""))
+    workload_names = args.workloads.split(",") if args.workloads else None
     sections = [args.only] if args.only else [s for s in SECTIONS if not (args.quick and s == "sequence")]
     started = time.perf_counter()
     machine = machine_facts()
     log(f"tracediff bench: {', '.join(sections)}{' (quick)' if args.quick else ''}; "
         f"{machine['nproc']} cores, {machine['cpu']}, torch {machine['torch']}")
     runners: dict[str, Callable[[bool], dict[str, Any]]] = {
-        "overhead": section_overhead,
+        "overhead": lambda quick: section_overhead(quick, workload_names),
         "diff": lambda quick: section_diff(quick, gc_check=args.gc_check),
         "sequence": section_sequence,
-        "cuda": section_cuda,
+        "cuda": lambda quick: section_cuda(quick, workload_names),
     }
     results: dict[str, Any] = {}
     failed: dict[str, str] = {}

@@ -10,6 +10,9 @@ with 6 layers, seq 1024, batch 8; MLP batch 8192 width 4096; CNN batch 64 x 128 
     transformer  GPT-2-style decoder forward: 2 layers, d_model 256, 4 heads, seq 128,
                  batch 4, vocab 1024 (pre-LN, causal SDPA, GELU MLP, tied-free LM head)
     train_step   the same transformer: forward, cross-entropy, backward, AdamW step
+    hf_gpt2      Hugging Face GPT-2 (GPT2LMHeadModel from a config, random weights) forward under
+                 no_grad: 2 layers, width 256, 4 heads, batch 4 x 128, vocab 1024 (on the GPU: 6 layers,
+                 width 768, 12 heads, batch 8 x 512, vocab 50257); needs transformers (`.[bench]`)
 
 All run with autograd enabled (as inside a training script), in train() mode
 (there is no dropout, so train mode only makes BatchNorm update its running stats).
@@ -24,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-NAMES = ("mlp", "cnn", "transformer", "train_step")
+NAMES = ("mlp", "cnn", "transformer", "train_step", "hf_gpt2")
 
 
 @dataclass(frozen=True)
@@ -173,11 +176,30 @@ def _train_step(device: str = "cpu", compiled: bool = False) -> Callable[[], obj
     return step
 
 
+def _hf_gpt2(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if device == "cpu":
+        config, batch, seq = GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=1024, n_positions=128), 4, 128
+    else:
+        config, batch, seq = GPT2Config(n_layer=6, n_embd=768, n_head=12, n_positions=512), 8, 512
+    model = GPT2LMHeadModel(config).to(device).eval()
+    ids = torch.randint(0, config.vocab_size, (batch, seq)).to(device)
+    run = torch.compile(model) if compiled else model
+
+    def forward() -> object:
+        with torch.no_grad():
+            return run(input_ids=ids).logits
+
+    return forward
+
+
 _FACTORIES: dict[str, Callable[..., Callable[[], object]]] = {
     "mlp": _mlp,
     "cnn": _cnn,
     "transformer": _transformer,
     "train_step": _train_step,
+    "hf_gpt2": _hf_gpt2,
 }
 
 DESCRIPTIONS = {
@@ -185,7 +207,19 @@ DESCRIPTIONS = {
     "cnn": "CNN forward: batch 8x3x64x64, 3x(conv3x3-BN-ReLU-maxpool), avgpool, linear",
     "transformer": "GPT-2-style forward: 2 layers, d_model 256, 4 heads, seq 128, batch 4, vocab 1024",
     "train_step": "same transformer: forward + cross-entropy + backward + AdamW step",
+    "hf_gpt2": "HF GPT-2 forward, no_grad: 2 layers, width 256, batch 4x128, vocab 1024",
 }
+
+
+def available(name: str) -> bool:
+    """Whether workload `name` can be built here (hf_gpt2 needs transformers: `pip install -e .[bench]`)."""
+    if name != "hf_gpt2":
+        return True
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def make(name: str, seed: int = 0, device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
@@ -205,5 +239,10 @@ def parameter_count(name: str) -> int | None:
         return sum(p.numel() for p in GPT(GPTConfig()).parameters())
     if name == "cnn":
         return sum(p.numel() for p in SmallCNN().parameters())
+    if name == "hf_gpt2" and available(name):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=1024, n_positions=128)
+        return sum(p.numel() for p in GPT2LMHeadModel(config).parameters())
     return None
 

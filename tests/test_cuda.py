@@ -182,3 +182,23 @@ def test_fingerprint_kernel_is_launched_directly_after_the_first_time() -> None:
     torch.cuda.synchronize()
     assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
     assert out[0, :, 0].sum().item() == pytest.approx(x.double().sum().item(), rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("n", [1, 4098, 4099, 4100, 3 * 4099 + 5, 1 << 20])
+def test_the_kernel_reads_each_float_dtype_as_it_is_and_matches_the_host(dtype, n) -> None:
+    """The kernel owns columns of the sketch's period (the fold): sizes around one period and many, and
+    half-precision tensors read without a float32 copy, all agree with the host's fingerprint."""
+    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprint import fingerprint
+
+    t = (torch.randn(n, device="cuda") * 3 + 0.5).to(dtype)
+    t[n // 2] = float("nan")
+    device = DeviceFingerprints()
+    fp = device.submit(t)
+    device.finish()
+    host = fingerprint(t.cpu())
+    assert (fp["nan"], fp["inf"], fp["n"]) == (host["nan"], host["inf"], host["n"])
+    for key in ("sum", "l1", "l2", "max"):
+        assert abs(fp[key] - host[key]) <= 1e-6 * max(host["l1"], 1.0), (key, fp[key], host[key])
+    assert max(abs(a - b) for a, b in zip(fp["sk"], host["sk"])) <= 1e-5 * max(host["l2"], 1.0)

@@ -75,10 +75,14 @@ def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor, int], None] | No
     return Launcher()
 
 
-def _flat_real(t: torch.Tensor) -> torch.Tensor:
-    """`as_real(t)` (flattened), or for the common case, a contiguous float32/float64 tensor, `t`
-    itself: the kernel reads it as flat memory, so the views and checks would only cost host time."""
-    if t.dtype in (torch.float32, torch.float64) and t.is_contiguous() and not t.is_neg():
+# Dtypes the Triton kernel reads as they are (it converts each element to float64 as it loads it).
+_KERNEL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _flat_real(t: torch.Tensor, kernel: bool) -> torch.Tensor:
+    """`as_real(t)` (flattened), or for the common case, a contiguous tensor of a dtype the kernel reads,
+    `t` itself: the kernel reads it as flat memory, so a copy, views and checks would only cost time."""
+    if kernel and t.dtype in _KERNEL_DTYPES and t.is_contiguous() and not t.is_neg():
         return t
     return as_real(t)
 
@@ -112,23 +116,23 @@ class DeviceFingerprints:
     def submit(self, t: torch.Tensor) -> Fingerprint:
         """Start `t`'s fingerprint on its device (work queued on the current stream);
         the returned dict is filled when the batch is read (an empty tensor's at once)."""
-        with torch.no_grad():
-            x = _flat_real(t)
-            n = x.numel()
-            if n == 0:
-                return empty_fingerprint()
-            if self._device is not None and x.device != self._device:
-                self.seal()  # one buffer per device
-            if self._partials is None:
-                self._device = x.device
-                self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
-            slot = len(self._slots)
-            # The kernel reads memory by address: a wrapper subclass's (a functional collective's
-            # AsyncCollectiveTensor, still in flight) is not its data. Torch's ops go through its dispatch.
-            if (self._launch is not None and x.is_cuda and x.dtype in (torch.float32, torch.float64)
-                    and n < 2**31 - 2**24 and type(x) in (torch.Tensor, torch.nn.Parameter)):
-                self._launch(x, self._partials, slot)
-            else:
+        x = _flat_real(t, self._launch is not None and t.is_cuda)
+        n = x.numel()
+        if n == 0:
+            return empty_fingerprint()
+        if self._device is not None and x.device != self._device:
+            self.seal()  # one buffer per device
+        if self._partials is None:
+            self._device = x.device
+            self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
+        slot = len(self._slots)
+        # The kernel reads memory by address: a wrapper subclass's (a functional collective's
+        # AsyncCollectiveTensor, still in flight) is not its data. Torch's ops go through its dispatch.
+        if (self._launch is not None and x.is_cuda and x.dtype in _KERNEL_DTYPES
+                and n < 2**31 - 2**24 and type(x) in (torch.Tensor, torch.nn.Parameter)):
+            self._launch(x, self._partials, slot)
+        else:
+            with torch.no_grad():
                 _torch_partials(x.reshape(-1), self._partials[slot])
         placeholder: Fingerprint = {}  # filled in place when the batch is read
         self._slots.append((placeholder, n))

@@ -63,15 +63,44 @@ def sketch_signs(device: str = "cpu") -> torch.Tensor:
 
 def sketch(x: torch.Tensor) -> torch.Tensor:
     """The signed sums of flat, finite `x` (float64, [SKETCH_WIDTH]), on x's device, unread."""
+    return sum_and_sketch(x)[1:]
+
+
+@functools.lru_cache(maxsize=16)
+def _signs(device: str, dtype: torch.dtype) -> torch.Tensor:
+    return sketch_signs(device).to(dtype)
+
+
+# Rows of SKETCH_PERIOD elements summed in the tensor's own dtype at a time: float32 column sums of up to
+# this many rows err by a few ulps, and reading float32 costs half of reading it as float64.
+_FOLD_ROWS = 1024
+
+
+def fold(x: torch.Tensor) -> torch.Tensor:
+    """Flat `x` (more than one period of elements) folded to SKETCH_PERIOD column sums in its own dtype
+    (element i adds to column i mod the period); past _FOLD_ROWS rows, blocks of rows summed in float64."""
     n = x.numel()
-    signs = sketch_signs(str(x.device))
     rows, tail = divmod(n, SKETCH_PERIOD)
-    if not rows:
-        return x.to(torch.float64) @ signs[:n]
-    folded = x[: rows * SKETCH_PERIOD].view(rows, SKETCH_PERIOD).sum(0, dtype=torch.float64)
+    matrix = x[: rows * SKETCH_PERIOD].view(rows, SKETCH_PERIOD)
+    blocks = rows // _FOLD_ROWS
+    if blocks > 1:
+        folded = matrix[: blocks * _FOLD_ROWS].view(blocks, _FOLD_ROWS, SKETCH_PERIOD).sum(1).sum(0, dtype=torch.float64)
+        folded += matrix[blocks * _FOLD_ROWS:].sum(0, dtype=torch.float64)
+    else:
+        folded = matrix.sum(0)
     if tail:
-        folded[:tail] += x[rows * SKETCH_PERIOD:].to(torch.float64)
-    return folded @ signs
+        folded[:tail] += x[rows * SKETCH_PERIOD:]
+    return folded
+
+
+def sum_and_sketch(x: torch.Tensor) -> torch.Tensor:
+    """[sum, *signed sums] of flat, finite `x` (float64, [1 + SKETCH_WIDTH]), on x's device, unread: the
+    sum of its fold in float64, the sketch a product of the fold (or of `x` itself, at most one period
+    long) with the signs in the fold's dtype (float32: an error of a few ulps of `l2`, which the sketch
+    is compared against)."""
+    folded = fold(x) if x.numel() > SKETCH_PERIOD else x
+    signs = _signs(str(x.device), folded.dtype)[: folded.numel()]
+    return torch.cat([folded.sum(dtype=torch.float64).view(1), (folded @ signs).to(torch.float64)])
 
 
 def has_data(t: torch.Tensor) -> bool:
@@ -140,7 +169,42 @@ def zero_fingerprint(t: torch.Tensor) -> Fingerprint:
     return fp
 
 
-def fingerprint(t: torch.Tensor, exact: bool = False) -> Fingerprint | None:
+class Scratch:
+    """Host buffers the fingerprints of one recording reuse for their temporaries (a strided tensor's
+    contiguous copy, |x|): a fresh one per tensor costs a page fault per 4 KiB page each time the
+    allocator has returned the last one to the system (a 2 MiB activation: about 330 faults, more than
+    the statistics themselves). Each slot grows to the largest tensor fingerprinted, up to `limit_bytes`;
+    past that a temporary is allocated as before."""
+
+    COPY, ABS = 0, 1  # the slots
+
+    def __init__(self, limit_bytes: int = 64 << 20) -> None:
+        self.limit_bytes = limit_bytes
+        self._buffers: list[torch.Tensor | None] = [None, None]
+
+    def take(self, n: int, dtype: torch.dtype, slot: int) -> torch.Tensor:
+        """An uninitialized flat CPU tensor of `n` elements of `dtype`, valid until the slot's next `take`."""
+        nbytes = n * dtype.itemsize
+        if nbytes > self.limit_bytes:
+            return torch.empty(n, dtype=dtype)
+        buffer = self._buffers[slot]
+        if buffer is None or buffer.numel() < nbytes:
+            buffer = self._buffers[slot] = torch.empty(nbytes, dtype=torch.uint8)
+        return buffer[:nbytes].view(dtype)
+
+    def flat_real(self, t: torch.Tensor) -> torch.Tensor:
+        """`as_real(t)`: `t` itself where it is flat-readable already, else its logical-order copy in the
+        accumulation dtype made in the COPY slot (complex and quantized tensors: as `as_real` makes it)."""
+        x = t.detach()
+        dtype = accumulation_dtype(x.dtype)
+        if x.is_complex() or x.is_quantized or x.is_cuda or (x.dtype == dtype and x.is_contiguous()):
+            return as_real(x)
+        copy = self.take(x.numel(), dtype, self.COPY)
+        copy.view(x.shape).copy_(x)
+        return copy
+
+
+def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = None) -> Fingerprint | None:
     """Fingerprint of one tensor, read on the host (one `.tolist()`), or None when
     it has no data to read.
 
@@ -157,15 +221,12 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> Fingerprint | None:
             fp["hash"] = content_hash(t)
         return fp
     with torch.no_grad():
-        x = as_real(t)
+        x = as_real(t) if scratch is None else scratch.flat_real(t)
         n = x.numel()
         if n == 0:
             fp = empty_fingerprint()
         else:
-            a = x.abs()
-            parts = [x.sum(), a.sum(), a.amax()]  # amax: about 2.5x faster than max() on CPU
-            parts.append(a.mul_(a).sum())  # after max: squares in place, no second temporary
-            s, l1, mx, sq, *sk = torch.cat([torch.stack(parts).to(torch.float64), sketch(x)]).tolist()
+            s, l1, sq, mx, *sk = _small_stats(x) if n <= SKETCH_PERIOD else _large_stats(x, scratch)
             if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
                 fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
             else:
@@ -173,6 +234,25 @@ def fingerprint(t: torch.Tensor, exact: bool = False) -> Fingerprint | None:
         if exact:
             fp["hash"] = content_hash(t)
     return fp
+
+
+def _small_stats(x: torch.Tensor) -> list[float]:
+    """[sum, l1, sum of squares, max |x|, *sketch] of flat `x` of at most one period, in float64, by a few
+    ops whose count, not the elements, is the cost."""
+    x64 = x.to(torch.float64)
+    a = x64.abs()
+    s, *sk, l1, sq, mx = torch.cat([sum_and_sketch(x64), torch.stack([a.sum(), a @ a, a.amax()])]).tolist()
+    return [s, l1, sq, mx, *sk]
+
+
+def _large_stats(x: torch.Tensor, scratch: Scratch | None = None) -> list[float]:
+    """The same for a larger `x`, in its accumulation dtype: |x| once (then squared in place, in `scratch`
+    where given), the sum and sketch from the fold, every result fetched in one read."""
+    a = torch.abs(x, out=scratch.take(x.numel(), x.dtype, Scratch.ABS)) if scratch is not None and not x.is_cuda else x.abs()
+    parts = [a.sum(), a.amax()]  # amax: about 2.5x faster than max() on CPU
+    parts.append(a.mul_(a).sum())  # after max: squares in place, no second temporary
+    s, *sk, l1, mx, sq = torch.cat([sum_and_sketch(x), torch.stack(parts).to(torch.float64)]).tolist()
+    return [s, l1, sq, mx, *sk]
 
 
 def _nonfinite_fingerprint(x: torch.Tensor) -> Fingerprint:

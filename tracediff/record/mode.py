@@ -10,6 +10,7 @@ entries die with their tensors.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -27,17 +28,17 @@ from torch.utils._python_dispatch import (
     _get_current_dispatch_mode,
     _get_current_dispatch_mode_stack,
 )
-from torch.utils.weak import WeakTensorKeyDictionary
 
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
 from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
-from tracediff.record.fingerprint import fingerprint, has_data, is_zero_tensor
+from tracediff.record.fingerprint import Scratch, fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
 from tracediff.record.storage_resizes import StorageResizes
+from tracediff.record.tensor_table import TensorTable
 from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
 from tracediff.trace.writer import TraceWriter
 
@@ -103,16 +104,18 @@ class _OpInfo:
     # counters); "functional" (`all_reduce` returns a tensor); "wait", the op completing those
     # (`wait_tensor`); None for every other op.
     collective: str | None = None
+    takes_floats: bool = True  # an argument may be a Python float (a scalar that can be Inf or NaN)
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
         arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
         schema_name = func._schema.name
+        takes_floats = any(kind in str(a.type) for a in func._schema.arguments for kind in ("float", "Scalar", "number"))
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
                    schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
                    schema_name in UNINITIALIZED_OUTPUT_OPS,
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES,
-                   _collective(func))
+                   _collective(func), takes_floats)
 
 
 def _collective(func: Any) -> str | None:
@@ -122,6 +125,13 @@ def _collective(func: Any) -> str | None:
     if func.namespace == "_c10d_functional":
         return "wait" if func._schema.name == "_c10d_functional::wait_tensor" else "functional"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _op_info_of(func: Any) -> _OpInfo:
+    """`_OpInfo.of`, remembered for the process: an overload's schema never changes, and working it
+    out costs more than recording the op (each recording session would pay it again for every op)."""
+    return _OpInfo.of(func)
 
 
 _NO_ARG = ("", False, False)
@@ -222,7 +232,7 @@ class TraceRecorder(TorchDispatchMode):
         self.modules = ModuleStack()
         self.sources = SourceFinder()
         self.backward_sources = BackwardSources()
-        self._tensor_ids: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self._tensor_ids: TensorTable[list] = TensorTable()
         self._next_tensor_id = 0
         self._in_flight: set[int] = set()  # ids of functional collectives' outputs not yet waited for
         self._seq = 0
@@ -250,6 +260,7 @@ class TraceRecorder(TorchDispatchMode):
         self._kernel_storages: dict[tuple[str, int], tuple[weakref.ref, weakref.ref, list]] = {}
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
         self.resizes = StorageResizes()
+        self._scratch = Scratch()  # the host fingerprints' temporary, reused
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
     # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
@@ -278,7 +289,8 @@ class TraceRecorder(TorchDispatchMode):
         entry = self._entry(t)
         if take_fingerprint and entry[0] in self._in_flight:
             take_fingerprint = False
-        owner, storage = self._storage(t, entry)
+        is_view = t._is_view()  # before `_base`: this runs for every tensor of every op
+        owner, storage = self._storage(t, entry, is_view)
         if written:
             storage[3] += 1
         garbage = False
@@ -292,7 +304,7 @@ class TraceRecorder(TorchDispatchMode):
                     if not counted:  # the re-allocation made a new value, unseen by the version counter
                         storage[3] += 1
         # An alias shares its owner's counter only once the op making it has returned: read the owner's.
-        version = _version(t if owner is None or t._is_view() else owner)
+        version = _version(t if owner is None or is_view else owner)
         if version is not None:
             version += storage[3] + (1 if mutated else 0)
         fp = None
@@ -323,11 +335,12 @@ class TraceRecorder(TorchDispatchMode):
             described["uninit"] = True
         return described
 
-    def _storage(self, t: torch.Tensor, entry: list) -> tuple[torch.Tensor | None, list]:
+    def _storage(self, t: torch.Tensor, entry: list, is_view: bool | None = None) -> tuple[torch.Tensor | None, list]:
         """The tensor whose storage and version counter `t` shares (a view's base, what a `detach` or
         `alias` result was made from; None for a tensor of its own, or one whose owner died: it still
-        shares the counter) and the entry keeping that storage's id and the writes its counter missed."""
-        if t._is_view():  # before `_base`: this runs for every tensor of every op
+        shares the counter) and the entry keeping that storage's id and the writes its counter missed.
+        `is_view`: `t._is_view()`, where the caller has it."""
+        if t._is_view() if is_view is None else is_view:
             base = t._base
             if base is not None:
                 return base, self._entry(base)
@@ -358,7 +371,7 @@ class TraceRecorder(TorchDispatchMode):
         if entry is None:
             entry = [self._next_tensor_id, None, None, 0, None]
             self._next_tensor_id += 1
-            self._tensor_ids[t] = entry
+            self._tensor_ids.set(t, entry)
         return entry
 
     def link_kernel_buffers(self, tensors: Iterable[torch.Tensor]) -> None:
@@ -393,7 +406,7 @@ class TraceRecorder(TorchDispatchMode):
                 if self.device_fingerprints is None:
                     self.device_fingerprints = DeviceFingerprints()
                 return self.device_fingerprints.submit(t)
-            return fingerprint(t, exact=self.exact)
+            return fingerprint(t, exact=self.exact, scratch=self._scratch)
         except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
             return None
 
@@ -521,15 +534,15 @@ class TraceRecorder(TorchDispatchMode):
                 report, self._report_child = self._report_child, None
                 report()
             return func(*args, **kwargs)
-        if _is_fake_context((*args, *kwargs.values())):
-            return func(*args, **kwargs)
         info = self._op_info.get(func)
         if info is None:
-            info = self._op_info[func] = _OpInfo.of(func)
+            info = self._op_info[func] = _op_info_of(func)
+        tensor_args = _tensor_arguments(info, args, kwargs)
+        if _is_fake_context(t for _, t, _, _ in tensor_args):
+            return func(*args, **kwargs)
 
         self._internal = True
         try:
-            tensor_args = _tensor_arguments(info, args, kwargs)
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
             # Tensors the op writes (in-place self, out= buffers), by Python id, with their versions before.
             written = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
@@ -588,7 +601,7 @@ class TraceRecorder(TorchDispatchMode):
             source = self.backward_sources.of(node) or source
         modules = self.modules
         # Module hooks do not run inside compiled code: fall back to the region's module.
-        module = modules.current or self.region_root
+        module = modules.current_at(node) or self.region_root
         record: dict[str, Any] = {"t": OP, "i": self._seq, "op": info.name, "d": modules.depth + len(self._regions)}
         if fx is not None:
             root = self._regions[-1] if self._regions else None
@@ -601,7 +614,7 @@ class TraceRecorder(TorchDispatchMode):
             record["code"] = source.code
         record["in"] = inputs
         record["out"] = outputs
-        if _has_nonfinite_scalar(args, kwargs):
+        if info.takes_floats and _has_nonfinite_scalar(args, kwargs):
             record["nfs"] = True  # e.g. masked_fill(mask, -inf): Inf on purpose, not a NaN origin
         if self.spmd:
             record["sa"] = scalar_digest(args, kwargs)

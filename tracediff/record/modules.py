@@ -101,7 +101,10 @@ class ModuleStack:
 
     @property
     def current(self) -> str | None:
-        node = torch._C._current_autograd_node()
+        return self.current_at(torch._C._current_autograd_node())
+
+    def current_at(self, node: Any) -> str | None:
+        """`current`, given the autograd node being executed (`torch._C._current_autograd_node()`)."""
         if node is not None:  # backward: the module whose forward made this node
             return self._by_sequence.get(node._sequence_nr())
         return self._stack[-1][0] if self._stack else None

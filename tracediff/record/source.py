@@ -61,17 +61,23 @@ def _package_dir(module: Any) -> str:
     return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
 
 
+@functools.lru_cache(maxsize=1)
+def _directories() -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+    """(torch's and tracediff's directories, the standard library's, site-packages'): fixed for the
+    process, and reading them (sysconfig) costs more than recording a session's first ops."""
+    paths = sysconfig.get_paths()
+    tracediff_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tracediff/record/..
+    return ((_package_dir(torch), tracediff_dir), paths["stdlib"] + os.sep,
+            tuple({paths["purelib"] + os.sep, paths["platlib"] + os.sep}))
+
+
 class SourceFinder:
     """Finds the user frame of the op being dispatched. Caches per code object."""
 
     def __init__(self) -> None:
-        paths = sysconfig.get_paths()
-        tracediff_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tracediff/record/..
-        self._skip_prefixes = (_package_dir(torch), tracediff_dir)
-        self._stdlib = paths["stdlib"] + os.sep
         # site-packages lives under the stdlib directory, but its third-party model
         # code (transformers' modeling_gpt2.py) is exactly what users want to see.
-        self._installed = tuple({paths["purelib"] + os.sep, paths["platlib"] + os.sep})
+        self._skip_prefixes, self._stdlib, self._installed = _directories()
         self._kind: dict[Any, int] = {}  # code object -> _GENERATED | _FX | _INTERNAL | _USER
         self._locations: dict[tuple[Any, int], SourceLocation] = {}
         self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}

@@ -1,0 +1,56 @@
+"""A map from live tensors to values, held weakly: the recorder's tensor -> entry table.
+
+torch's WeakTensorKeyDictionary builds a key object per lookup and compares
+keys through Python methods: about five Python calls per lookup, and the
+recorder looks tensors up several times per op. Here a lookup is one dict
+get by `id(t)` and one weak reference call. An entry leaves when its tensor
+dies (the weak reference's callback), before its id can be reused; the check
+that the reference still points at `t` guards against an id reused all the
+same.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Generic, TypeVar
+
+import torch
+
+V = TypeVar("V")
+
+
+class TensorTable(Generic[V]):
+    """`get(t)` / `set(t, value)` for tensors, without keeping them alive."""
+
+    def __init__(self) -> None:
+        data: dict[int, tuple[weakref.ref, V]] = {}
+        self._data = data
+
+        def forget(ref: weakref.ref, data: dict[int, tuple[weakref.ref, Any]] = data) -> None:
+            key: int = getattr(ref, "key", -1)
+            found = data.get(key)
+            if found is not None and found[0] is ref:
+                del data[key]
+
+        self._forget = forget
+
+    def get(self, t: torch.Tensor) -> V | None:
+        found = self._data.get(id(t))
+        if found is not None and found[0]() is t:
+            return found[1]
+        return None
+
+    def set(self, t: torch.Tensor, value: V) -> None:
+        ref = _KeyedRef(t, self._forget)
+        ref.key = id(t)
+        self._data[ref.key] = (ref, value)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class _KeyedRef(weakref.ref):
+    """A weak reference that knows the table key it was filed under (for its callback)."""
+
+    __slots__ = ("key",)
+    key: int
