@@ -221,12 +221,18 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
             fp["hash"] = content_hash(t)
         return fp
     with torch.no_grad():
-        x = as_real(t) if scratch is None else scratch.flat_real(t)
+        x = t.detach()
+        if x.is_complex() or x.is_quantized:
+            x = as_real(x)
         n = x.numel()
         if n == 0:
             fp = empty_fingerprint()
         else:
-            s, l1, sq, mx, *sk = _small_stats(x) if n <= SKETCH_PERIOD else _large_stats(x, scratch)
+            if n <= SKETCH_PERIOD:
+                stats = _small_stats(x)
+            else:
+                stats = _large_stats(as_real(x) if scratch is None else scratch.flat_real(x), scratch)
+            s, l1, sq, mx, *sk = stats
             if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
                 fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
             else:
@@ -236,12 +242,23 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
     return fp
 
 
+@functools.lru_cache(maxsize=8)
+def _sum_and_sketch_weights(device: str) -> torch.Tensor:
+    """[SKETCH_PERIOD, 1 + SKETCH_WIDTH] float64: a column of ones (the sum), then the sketch's signs."""
+    ones = torch.ones((SKETCH_PERIOD, 1), dtype=torch.float64, device=device)
+    return torch.cat([ones, sketch_signs(device)], dim=1)
+
+
 def _small_stats(x: torch.Tensor) -> list[float]:
-    """[sum, l1, sum of squares, max |x|, *sketch] of flat `x` of at most one period, in float64, by a few
-    ops whose count, not the elements, is the cost."""
-    x64 = x.to(torch.float64)
+    """[sum, l1, sum of squares, max |x|, *sketch] of real `x` (any shape) of at most one period of
+    elements, in float64, by a few ops whose count, not the elements, is the cost: one vector-matrix
+    product gives the sum and the sketch."""
+    x64 = x.reshape(-1).to(torch.float64)
     a = x64.abs()
-    s, *sk, l1, sq, mx = torch.cat([sum_and_sketch(x64), torch.stack([a.sum(), a @ a, a.amax()])]).tolist()
+    head = x64 @ _sum_and_sketch_weights(str(x.device))[: x64.numel()]
+    # (a * a).sum(), not a @ a: BLAS's dot on a few thousand elements may wake its threads, and on a busy
+    # machine one waits milliseconds for them.
+    s, *sk, l1, sq, mx = torch.cat([head, torch.stack([a.sum(), (a * a).sum(), a.amax()])]).tolist()
     return [s, l1, sq, mx, *sk]
 
 
