@@ -1,10 +1,13 @@
 """Tensor fingerprints: a few statistics that can be compared with a tolerance.
 
-A fingerprint is a dict of plain numbers. Float32 and narrower tensors are
-reduced in float32 with torch's pairwise summation (error a few float32 ulps
-of `l1`, far below any float32 tolerance), float64, integer and bool tensors
-in float64; NaN/Inf tensors are re-read in float64 (schema 2; schema 1 made a
-float64 copy of every tensor, four times the memory traffic):
+A fingerprint is a dict of plain numbers. Tensors of more than one sketch
+period (4099 elements) are reduced in their accumulation dtype: float32 for
+float32 and narrower (torch's pairwise sums for l1 and l2; the sum and the
+sketch from a float32 fold into 4099 column sums, summed on in float64: errors
+of a few float32 ulps of `l1` and `l2`, far below any float32 tolerance),
+float64 for float64, integer and bool tensors; smaller tensors in float64.
+NaN/Inf tensors are re-read in float64 (schema 2; schema 1 made a float64 copy
+of every tensor, four times the memory traffic):
 
   sum   sum of finite elements        (signed: catches sign and offset errors)
   l1    sum of |x| over finite ones   (scale, the denominator of relative diffs)
