@@ -77,14 +77,16 @@ def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor, int], None] | No
 
 # Dtypes the Triton kernel reads as they are (it converts each element to float64 as it loads it).
 _KERNEL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+# Elements the kernel's int32 offsets reach (with room for a period's padding).
+_KERNEL_MAX_ELEMENTS = 2**31 - 2**24
 
 
-def _flat_real(t: torch.Tensor, kernel: bool) -> torch.Tensor:
-    """`as_real(t)` (flattened), or for the common case, a contiguous tensor of a dtype the kernel reads,
-    `t` itself: the kernel reads it as flat memory, so a copy, views and checks would only cost time."""
-    if kernel and t.dtype in _KERNEL_DTYPES and t.is_contiguous() and not t.is_neg():
-        return t
-    return as_real(t)
+def _kernel_reads(t: torch.Tensor) -> bool:
+    """Whether the Triton kernel reads `t` itself, as flat memory. It reads memory by address: a wrapper
+    subclass's (a functional collective's AsyncCollectiveTensor, still in flight) is not its data, so such
+    tensors, and any it cannot read flat, go through torch's ops (after `as_real`)."""
+    return (t.is_cuda and type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in _KERNEL_DTYPES
+            and t.is_contiguous() and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS)
 
 
 class DeviceFingerprints:
@@ -116,7 +118,8 @@ class DeviceFingerprints:
     def submit(self, t: torch.Tensor) -> Fingerprint:
         """Start `t`'s fingerprint on its device (work queued on the current stream);
         the returned dict is filled when the batch is read (an empty tensor's at once)."""
-        x = _flat_real(t, self._launch is not None and t.is_cuda)
+        kernel = self._launch is not None and _kernel_reads(t)
+        x = t if kernel else as_real(t)
         n = x.numel()
         if n == 0:
             return empty_fingerprint()
@@ -126,10 +129,8 @@ class DeviceFingerprints:
             self._device = x.device
             self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
         slot = len(self._slots)
-        # The kernel reads memory by address: a wrapper subclass's (a functional collective's
-        # AsyncCollectiveTensor, still in flight) is not its data. Torch's ops go through its dispatch.
-        if (self._launch is not None and x.is_cuda and x.dtype in _KERNEL_DTYPES
-                and n < 2**31 - 2**24 and type(x) in (torch.Tensor, torch.nn.Parameter)):
+        if kernel:
+            assert self._launch is not None
             self._launch(x, self._partials, slot)
         else:
             with torch.no_grad():
