@@ -56,12 +56,14 @@ SKETCH_WIDTH = 16
 @functools.lru_cache(maxsize=8)
 def sketch_signs(device: str = "cpu") -> torch.Tensor:
     """[SKETCH_PERIOD, SKETCH_WIDTH] float64 of +-1: bit j of a multiplicative hash of the position.
-    The same function of the position on every device (record/fingerprint_kernel.py computes it too)."""
-    r = torch.arange(SKETCH_PERIOD, dtype=torch.int64)
+    The same function of the position on every device (record/fingerprint_kernel.py computes it too).
+    Computed on `device` itself: a copy from the host would be a synchronizing call on CUDA, made at the
+    first fingerprint, wherever the program is."""
+    r = torch.arange(SKETCH_PERIOD, dtype=torch.int64, device=device)
     h = (r * 2654435761) % 2**32
     h = h ^ (h >> 16)
-    bits = (h.unsqueeze(1) >> torch.arange(SKETCH_WIDTH)) & 1
-    return (bits * 2 - 1).to(torch.float64).to(device)
+    bits = (h.unsqueeze(1) >> torch.arange(SKETCH_WIDTH, device=device)) & 1
+    return (bits * 2 - 1).to(torch.float64)
 
 
 def sketch(x: torch.Tensor) -> torch.Tensor:
