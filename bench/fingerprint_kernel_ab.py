@@ -4,24 +4,25 @@
     # e.g. git show 43504d9:tracediff/record/fingerprint_kernel.py > /tmp/old_kernel.py
 
 For sizes from 1000 elements to GPT-2's logits (206M): device time per launch (CUDA events, 20
-launches), the largest difference from the host's fingerprint (or from the old kernel's past 8M
-elements), and the host time of one `DeviceFingerprints.submit`. Needs CUDA and Triton.
+launches) and the largest difference from the host's fingerprint (or from the old kernel's past 8M
+elements). The host time of one `DeviceFingerprints.submit`: `bench/gpu.py --micro`. Needs CUDA and Triton.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from gpu import device_ms  # noqa: E402
 
 from tracediff.record import fingerprint_kernel as new  # noqa: E402
-from tracediff.record.device_fingerprints import PROGRAMS, DeviceFingerprints  # noqa: E402
+from tracediff.record.device_fingerprints import PROGRAMS, reduce_partials  # noqa: E402
 from tracediff.record.fingerprint import fingerprint, from_stats  # noqa: E402
 
 SIZES = (1000, 4099, 5000, 2**20, 8 * 1024 * 768, 8 * 512 * 3072, 8 * 512 * 50257)
@@ -35,37 +36,20 @@ def _load(path: str) -> Any:
     return module
 
 
-def _reduce(out: torch.Tensor) -> list[float]:
-    p = out[0]
-    return torch.cat([p[:, 0:3].sum(0), p[:, 3:4].amax(0), p[:, 4:].sum(0)]).tolist()
-
-
-def _device_ms(f: Any, reps: int = 20) -> float:
-    f()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        f()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def main() -> int:
     kernels = {"new": new, **({"old": _load(sys.argv[1])} if len(sys.argv) > 1 else {})}
     for n in SIZES:
         x = torch.randn(n, device="cuda") * 3 + 0.1
         if n == 5000:
             x[7], x[99] = float("nan"), float("inf")
-        line = f"n={n:>10d}  x.sum() {_device_ms(lambda: x.sum()):.3f} ms"  # noqa: B023 (called at once)
+        line = f"n={n:>10d}  x.sum() {device_ms(lambda: x.sum()):.3f} ms"  # noqa: B023 (called at once)
         results = {}
         for name, module in kernels.items():
             out = torch.zeros((1, PROGRAMS, module.STATS), dtype=torch.float64, device="cuda")
             launch = module.Launcher()
             launch(x, out, 0)
-            results[name] = from_stats(_reduce(out), n)
-            line += f"  {name} {_device_ms(lambda: launch(x, out, 0)):.3f} ms"  # noqa: B023 (called at once)
+            results[name] = from_stats(reduce_partials(out)[0].tolist(), n)
+            line += f"  {name} {device_ms(lambda: launch(x, out, 0)):.3f} ms"  # noqa: B023 (called at once)
         reference = fingerprint(x.cpu()) if n <= 2**23 else results.get("old")
         if reference is not None:
             a = results["new"]
@@ -75,16 +59,6 @@ def main() -> int:
                         max(abs(u - v) for u, v in zip(a["sk"], reference["sk"])) / max(reference["l2"], 1e-30))
             line += f"  largest relative difference from {'the host' if n <= 2**23 else 'old'}: {worst:.1e}"
         print(line)
-    device = DeviceFingerprints()
-    y = torch.randn(1000, device="cuda")
-    for _ in range(100):
-        device.submit(y)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(2000):
-        device.submit(y)
-    print(f"host time of one submit: {(time.perf_counter() - start) / 2000 * 1e6:.1f} us")
-    device.finish()
     return 0
 
 

@@ -111,6 +111,21 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
     return result
 
 
+def device_ms(f: Any, reps: int = 20) -> float:
+    """Device time of one call of `f` in milliseconds (CUDA events around `reps` calls, after one)."""
+    import torch
+
+    f()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        f()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
 def micro() -> dict[str, Any]:
     """The fingerprint alone: device time of one fingerprint vs `x.sum()` (a lower bound: one read),
     per kernel shape, and the host time of one `submit` (launch included)."""
@@ -118,17 +133,6 @@ def micro() -> dict[str, Any]:
 
     from tracediff.record import fingerprint_kernel
     from tracediff.record.device_fingerprints import DeviceFingerprints
-
-    def device_ms(f: Any, reps: int = 20) -> float:
-        f()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            f()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / reps
 
     rows = []
     for n in (2**20, 8 * 1024 * 768, 2**27):

@@ -89,6 +89,13 @@ def _kernel_reads(t: torch.Tensor) -> bool:
             and t.is_contiguous() and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS)
 
 
+def reduce_partials(partials: torch.Tensor) -> torch.Tensor:
+    """Fingerprint statistics [rows, _STATS] from per-program partials [rows, programs, _STATS]: the
+    maximum of the max column, sums of the others (in a fixed order: deterministic)."""
+    p = partials
+    return torch.cat([p[:, :, 0:3].sum(1), p[:, :, 3:4].amax(1), p[:, :, 4:_STATS].sum(1)], dim=1)
+
+
 class DeviceFingerprints:
     """Deferred fingerprints of device tensors, fetched in batches.
 
@@ -149,7 +156,7 @@ class DeviceFingerprints:
         assert self._partials is not None
         with torch.no_grad():
             p = self._partials[: len(self._slots)]
-            stats = torch.cat([p[:, :, 0:3].sum(1), p[:, :, 3:4].amax(1), p[:, :, 4:_STATS].sum(1)], dim=1)
+            stats = reduce_partials(p)
             event = None
             if stats.is_cuda:
                 host = torch.empty(stats.shape, dtype=torch.float64, pin_memory=True)
