@@ -248,7 +248,6 @@ class TraceRecorder(TorchDispatchMode):
         self._in_child = False
         self._report_child: Callable[[], None] | None = None
         # Per-op and per-tensor facts that never change, worked out once (names are strings).
-        self._op_info: dict[Any, _OpInfo] = {}
         self._dtype_names: dict[torch.dtype, str] = {}
         self._device_names: dict[torch.device, str] = {}
         # CUDA fingerprints are computed on the device and read in batches; records
@@ -534,9 +533,7 @@ class TraceRecorder(TorchDispatchMode):
                 report, self._report_child = self._report_child, None
                 report()
             return func(*args, **kwargs)
-        info = self._op_info.get(func)
-        if info is None:
-            info = self._op_info[func] = _op_info_of(func)
+        info = _op_info_of(func)
         tensor_args = _tensor_arguments(info, args, kwargs)
         if _is_fake_context(t for _, t, _, _ in tensor_args):
             return func(*args, **kwargs)
