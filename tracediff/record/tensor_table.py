@@ -45,9 +45,6 @@ class TensorTable(Generic[V]):
         ref.key = id(t)
         self._data[ref.key] = (ref, value)
 
-    def __len__(self) -> int:
-        return len(self._data)
-
 
 class _KeyedRef(weakref.ref):
     """A weak reference that knows the table key it was filed under (for its callback)."""
