@@ -178,7 +178,7 @@ def test_fingerprint_kernel_is_launched_directly_after_the_first_time() -> None:
     with mock.patch.object(fingerprint_kernel, "_partial_stats") as jit:
         launcher(x, out, 1)
         launcher(x, out, 2)
-    assert not jit.mock_calls and launcher._direct
+    assert not jit.mock_calls and launcher._one._direct
     torch.cuda.synchronize()
     assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
     assert out[0, :, 0].sum().item() == pytest.approx(x.double().sum().item(), rel=1e-9, abs=1e-9)
@@ -202,3 +202,61 @@ def test_the_kernel_reads_each_float_dtype_as_it_is_and_matches_the_host(dtype, 
     for key in ("sum", "l1", "l2", "max"):
         assert abs(fp[key] - host[key]) <= 1e-6 * max(host["l1"], 1.0), (key, fp[key], host[key])
     assert max(abs(a - b) for a, b in zip(fp["sk"], host["sk"])) <= 1e-5 * max(host["l2"], 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_one_launch_for_many_tensors_gives_the_same_bits_as_one_launch_each(dtype) -> None:
+    """`Launcher.many` fingerprints up to eight tensors in one launch from their addresses (unaligned
+    ones too: a view at an odd offset): each tensor's partials, hence its fingerprint, are the bits a
+    launch of its own gives, so traces recorded either way compare the same. Its second launch is
+    direct (no JIT)."""
+    from unittest import mock
+
+    from tracediff.record import fingerprint_kernel
+    from tracediff.record.device_fingerprints import _STATS, PROGRAMS
+
+    launcher = fingerprint_kernel.Launcher()
+    sizes = [1, 4098, 4099, 4100, 3 * 4099 + 5, 1 << 20, 77777, 6]
+    base = torch.randn(sum(sizes) + 1, device="cuda").to(dtype)
+    xs, start = [], 1  # start at element 1: not 16-byte aligned
+    for n in sizes:
+        xs.append(base[start:start + n])
+        start += n
+    xs[2][5] = float("nan")
+    xs[3][7] = float("inf")
+    alone = torch.zeros((len(xs), PROGRAMS, _STATS), dtype=torch.float64, device="cuda")
+    together = torch.zeros_like(alone)
+    for row, x in enumerate(xs):
+        launcher(x, alone, row)
+    launcher.many(xs[:5], [0, 1, 2, 3, 4], together, launcher.stream(xs[0].get_device()))
+    with mock.patch.object(fingerprint_kernel, "_partial_stats_many") as jit:
+        launcher.many(xs[5:], [5, 6, 7], together, launcher.stream(xs[0].get_device()))
+    assert not jit.mock_calls and launcher._many._direct
+    torch.cuda.synchronize()
+    assert torch.equal(alone, together)
+
+
+def test_queued_fingerprints_are_launched_on_the_stream_their_tensors_were_made_on(tmp_path) -> None:
+    """`y` is made on a side stream and waits in the queue. The program has the default stream wait for
+    it, keeps the side stream busy, then zeroes `y` on the default stream. The queued launch goes to the
+    side stream (where `y` is made), behind the busy work, and the default stream must wait for it
+    before the write, or it reads zeros."""
+    import tracediff
+    from tracediff.record.fingerprint import fingerprint
+    from tracediff.trace.reader import read_trace
+
+    x = torch.randn(4096, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with tracediff.record(tmp_path / "t.jsonl"):
+        with torch.cuda.stream(side):
+            y = torch.sin(x)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # not an op: the side stream is busy for about 0.1 s
+        y.mul_(0.0)
+        torch.cuda.synchronize()
+    _, records = read_trace(tmp_path / "t.jsonl")
+    sin = next(r for r in records if r["op"] == "aten::sin")
+    expected = fingerprint(torch.sin(x).cpu())
+    assert abs(sin["out"][0]["fp"]["l1"] - expected["l1"]) <= 1e-5 * expected["l1"]

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import tracediff
-from tracediff.record.device_fingerprints import DeviceFingerprints
+from tracediff.record import device_fingerprints
+from tracediff.record.device_fingerprints import DeviceFingerprints, _torch_partials
 from tracediff.record.fingerprint import fingerprint
 from tracediff.record.mode import TraceRecorder
 from tracediff.trace.reader import Trace, read_trace
@@ -71,6 +72,83 @@ class _DeferringRecorder(TraceRecorder):
         if self.device_fingerprints is None:
             self.device_fingerprints = DeviceFingerprints(batch=4, programs=3, in_flight=2)
         return self.device_fingerprints.submit(t)
+
+
+class _DeferredTorchLauncher:
+    """Stands in for the Triton launcher on CPU: `many` computes when it is called, so a tensor written
+    after it was queued and before its launch gets the wrong fingerprint, as it would on a GPU."""
+
+    slots = 3
+
+    def __init__(self) -> None:
+        self.launches: list[int] = []  # tensors per `many` launch
+
+    def stream(self, device: int) -> int:
+        return 0
+
+    def takes_many(self, out: torch.Tensor) -> bool:
+        return True
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int, stream: int | None = None) -> None:
+        _torch_partials(x.reshape(-1), out[row])
+
+    def many(self, xs: list[torch.Tensor], rows: list[int], out: torch.Tensor, stream: int) -> None:
+        self.launches.append(len(xs))
+        for x, row in zip(xs, rows):
+            _torch_partials(x.reshape(-1), out[row])
+
+
+def _queueing(device: DeviceFingerprints, monkeypatch: pytest.MonkeyPatch) -> _DeferredTorchLauncher:
+    """`device` with its float tensors queued for `_DeferredTorchLauncher`, as CUDA tensors are for Triton."""
+    launcher = _DeferredTorchLauncher()
+    device._launch = launcher  # type: ignore[assignment]
+    monkeypatch.setattr(device_fingerprints, "_kernel_input",
+                        lambda t: t.contiguous() if t.dtype in device_fingerprints._KERNEL_DTYPES else None)
+    return launcher
+
+
+def test_queued_tensors_are_launched_together_by_dtype_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    device = DeviceFingerprints(batch=64, programs=4)
+    launcher = _queueing(device, monkeypatch)
+    tensors = [torch.randn(50) for _ in range(4)] + [torch.randn(7, dtype=torch.float64)] + [torch.arange(5)]
+    placeholders = [device.submit(t) for t in tensors]
+    assert launcher.launches == [3, 1]  # a full queue; the 4th waits, then goes when a float64 comes
+    big = torch.randn(device_fingerprints.QUEUE_BYTES // 4 + 1)
+    placeholders.append(device.submit(big))  # too big to hold: launched alone, the queue left as it was
+    assert launcher.launches == [3, 1]
+    device.finish()  # the float64 one is launched before the batch is reduced
+    assert launcher.launches == [3, 1, 1]
+    for t, fp in zip([*tensors, big], placeholders):
+        assert _close(fp, fingerprint(t)), t
+
+
+def test_the_recorder_launches_queued_fingerprints_before_a_write(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`y` waits in the queue when `add_` and `resize_` come: each must launch it first, or its recorded
+    fingerprint is of the value written after it (or of freed memory)."""
+
+    class Recorder(TraceRecorder):
+        def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
+            if self.device_fingerprints is None:
+                self.device_fingerprints = DeviceFingerprints(batch=64, programs=3)
+                _queueing(self.device_fingerprints, monkeypatch)
+            return self.device_fingerprints.submit(t)
+
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tracediff.record.session"), "TraceRecorder", Recorder)
+    x = torch.randn(100)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        y = x * 2
+        y.add_(1.0)
+        z = x + 3  # z's storage shrinks to nothing and grows again before its fingerprint could be launched
+        z.untyped_storage().resize_(0)
+        z.untyped_storage().resize_(400)
+        z.fill_(0.0)
+    _, records = read_trace(tmp_path / "t.jsonl")
+    by_op = {r["op"]: r for r in records}
+    assert _close(by_op["aten::mul.Tensor"]["out"][0]["fp"], fingerprint(x * 2))
+    assert _close(by_op["aten::add_.Tensor"]["out"][0]["fp"], fingerprint(x * 2 + 1))
+    assert _close(by_op["aten::add.Tensor"]["out"][0]["fp"], fingerprint(x + 3))
 
 
 def _program(x: torch.Tensor, fail: bool = False) -> torch.Tensor:

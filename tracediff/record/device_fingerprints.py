@@ -17,20 +17,31 @@ the sketch's signed sums] over the finite elements, accumulated in float64. The 
 partials is done by torch in a fixed order, so a fingerprint is deterministic.
 All device work goes to the current stream, which is where the program's
 ops run unless it juggles streams itself.
+
+A kernel launch costs the host more than anything else per fingerprint, so
+tensors up to QUEUE_BYTES wait in a queue and up to eight of one dtype are
+fingerprinted by one launch. A queued tensor is held (its memory cannot be
+reused) and must not change before its launch: the recorder calls `flush()`
+before any op that writes a tensor, any generated kernel and any storage
+re-allocation, and the queue is flushed when it holds eight tensors or
+QUEUE_BYTES, when a tensor of another dtype or stream comes, and when the
+batch is sealed. Either way a tensor's fingerprint is the same bits.
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tracediff.record.fingerprint import SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
 from tracediff.trace.schema import Fingerprint
+
+if TYPE_CHECKING:  # importing it needs Triton
+    from tracediff.record.fingerprint_kernel import Launcher
 
 # Fingerprints per batch (one device buffer, one host read) and batches read at most
 # this late: bounds the records held back in memory, and how often the CPU waits.
@@ -38,7 +49,21 @@ BATCH = 512
 IN_FLIGHT = 4
 # Programs (partial rows) per fingerprint: enough to fill an H100/H200 for large tensors.
 PROGRAMS = 264
+# Bytes of tensors waiting for one launch at most: what recording may keep alive beyond the program.
+QUEUE_BYTES = 64 << 20
 _STATS = 6 + SKETCH_WIDTH  # sum, l1, sum of squares, max, nan, inf, the sketch's sums
+
+
+@dataclass
+class _Queue:
+    """Tensors of one dtype and stream waiting for one launch, and their rows in the batch."""
+
+    device: int
+    stream: int
+    dtype: torch.dtype
+    tensors: list[torch.Tensor]
+    rows: list[int]
+    nbytes: int
 
 
 @dataclass
@@ -64,8 +89,8 @@ def _torch_partials(x: torch.Tensor, row: torch.Tensor) -> None:
     row[0].copy_(torch.cat([stats, sketch(v)]))
 
 
-def _kernel_launcher() -> Callable[[torch.Tensor, torch.Tensor, int], None] | None:
-    """The Triton kernel's launcher, or None without Triton (or when told to use torch ops)."""
+def _kernel_launcher() -> Launcher | None:
+    """The Triton kernels' launcher, or None without Triton (or when told to use torch ops)."""
     if os.environ.get("TRACEDIFF_DEVICE_FINGERPRINT", "") == "torch":
         return None
     try:
@@ -81,12 +106,21 @@ _KERNEL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _KERNEL_MAX_ELEMENTS = 2**31 - 2**24
 
 
-def _kernel_reads(t: torch.Tensor) -> bool:
-    """Whether the Triton kernel reads `t` itself, as flat memory. It reads memory by address: a wrapper
-    subclass's (a functional collective's AsyncCollectiveTensor, still in flight) is not its data, so such
-    tensors, and any it cannot read flat, go through torch's ops (after `as_real`)."""
-    return (t.is_cuda and type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in _KERNEL_DTYPES
-            and t.is_contiguous() and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS)
+def _kernel_input(t: torch.Tensor) -> torch.Tensor | None:
+    """What the Triton kernel reads for `t`: `t` itself where it is flat memory, its contiguous copy where it
+    is a strided view (one copy costs the host less than the torch ops' path), or None where the kernel
+    cannot read it. The kernel reads memory by address: a wrapper subclass's (a functional collective's
+    AsyncCollectiveTensor, still in flight) is not its data, so such tensors, and any other it cannot read,
+    go through torch's ops (after `as_real`)."""
+    if not (t.is_cuda and type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in _KERNEL_DTYPES
+            and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS):
+        return None
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _current_waits_for(device: int, stream: int) -> None:
+    """The current stream of CUDA device `device` waits for the work queued so far on `stream` (a raw handle)."""
+    torch.cuda.current_stream(device).wait_stream(torch.cuda.ExternalStream(stream, device=device))
 
 
 def reduce_partials(partials: torch.Tensor) -> torch.Tensor:
@@ -117,6 +151,9 @@ class DeviceFingerprints:
         self._device: torch.device | None = None
         self._slots: list[tuple[Fingerprint, int]] = []
         self._sealed: deque[_Sealed] = deque()
+        self._queue: _Queue | None = None
+        # The streams (raw handle: device) that fingerprints of the open batch were launched on.
+        self._streams: dict[int, int] = {}
 
     @property
     def uses_triton(self) -> bool:
@@ -125,8 +162,9 @@ class DeviceFingerprints:
     def submit(self, t: torch.Tensor) -> Fingerprint:
         """Start `t`'s fingerprint on its device (work queued on the current stream);
         the returned dict is filled when the batch is read (an empty tensor's at once)."""
-        kernel = self._launch is not None and _kernel_reads(t)
-        x = t if kernel else as_real(t)
+        readable = _kernel_input(t) if self._launch is not None else None
+        kernel = readable is not None
+        x = readable if readable is not None else as_real(t)
         n = x.numel()
         if n == 0:
             return empty_fingerprint()
@@ -136,9 +174,17 @@ class DeviceFingerprints:
             self._device = x.device
             self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
         slot = len(self._slots)
+        if self._launch is not None and (kernel or x.is_cuda):
+            device = x.get_device()
+            stream = self._launch.stream(device)
+            self._streams[stream] = device
         if kernel:
             assert self._launch is not None
-            self._launch(x, self._partials, slot)
+            nbytes = n * x.element_size()
+            if nbytes <= QUEUE_BYTES and self._launch.takes_many(self._partials):
+                self._enqueue(x, slot, nbytes, device, stream)
+            else:
+                self._launch(x, self._partials, slot, stream)
         else:
             with torch.no_grad():
                 _torch_partials(x.reshape(-1), self._partials[slot])
@@ -149,11 +195,56 @@ class DeviceFingerprints:
             self.seal()
         return placeholder
 
+    def _enqueue(self, x: torch.Tensor, slot: int, nbytes: int, device: int, stream: int) -> None:
+        assert self._launch is not None
+        queue = self._queue
+        if queue is not None and (queue.dtype != x.dtype or queue.stream != stream
+                                  or queue.nbytes + nbytes > QUEUE_BYTES):
+            self.flush()
+            queue = None
+        if queue is None:
+            queue = self._queue = _Queue(device, stream, x.dtype, [], [], 0)
+        queue.tensors.append(x)
+        queue.rows.append(slot)
+        queue.nbytes += nbytes
+        if len(queue.tensors) == self._launch.slots:
+            self.flush()
+
+    def before_op(self, writes: bool) -> None:
+        """Called before each of the program's ops: flush the queue if the op writes a tensor, or runs on
+        another stream than the queue's (which may have waited for the queue's tensors to be made, and
+        then write them)."""
+        queue = self._queue
+        if queue is not None and (writes or self._on_another_stream(queue.device, queue.stream)):
+            self.flush()
+
+    def flush(self) -> None:
+        """Launch the queued fingerprints (before anything may write their tensors), on the stream their
+        tensors were made on. The current stream, where the program goes on, then waits for that launch
+        if it is another stream: the program's own wait for those tensors was before it."""
+        queue = self._queue
+        if queue is None:
+            return
+        self._queue = None
+        assert self._launch is not None and self._partials is not None
+        self._launch.many(queue.tensors, queue.rows, self._partials, queue.stream)
+        if self._on_another_stream(queue.device, queue.stream):
+            _current_waits_for(queue.device, queue.stream)
+
+    def _on_another_stream(self, device: int, stream: int) -> bool:
+        assert self._launch is not None
+        return self._launch.stream(device) != stream
+
     def seal(self) -> None:
         """Reduce the open batch on the device and start copying it to the host."""
+        self.flush()
         if not self._slots:
             return
         assert self._partials is not None
+        for stream, device in self._streams.items():  # the reduction runs on the current stream
+            if self._on_another_stream(device, stream):
+                _current_waits_for(device, stream)
+        self._streams = {}
         with torch.no_grad():
             p = self._partials[: len(self._slots)]
             stats = reduce_partials(p)

@@ -37,10 +37,10 @@ WARPS = 4
 STATS = 6 + SKETCH_WIDTH
 
 
-@triton.jit(do_not_specialize=["rows_per_program", "first"])
-def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, BLOCK: tl.constexpr, PERIOD: tl.constexpr,
-                   COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr, STATS: tl.constexpr):
-    program = tl.program_id(0)
+@triton.jit
+def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, BLOCK: tl.constexpr,
+                      PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr, STATS: tl.constexpr):
+    # Program `program`'s partial statistics of the `n` elements at `x_ptr`, into partial row `first + program`.
     columns = (program % COLUMN_BLOCKS) * BLOCK + tl.arange(0, BLOCK)
     in_period = columns < PERIOD
     first_row = (program // COLUMN_BLOCKS) * rows_per_program
@@ -71,7 +71,7 @@ def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, BLOCK: tl.constex
     bits = tl.arange(0, WIDTH).to(tl.int64)
     positive = ((h[:, None] >> bits[None, :]) & 1) != 0
     sk = tl.where(positive, total[:, None], -total[:, None])
-    base = out_ptr + (first + program) * STATS
+    base = out_ptr + (first + program).to(tl.int64) * STATS
     tl.store(base + 0, tl.sum(total, 0))
     tl.store(base + 1, tl.sum(l1, 0))
     tl.store(base + 2, tl.sum(squares, 0))
@@ -79,6 +79,51 @@ def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, BLOCK: tl.constex
     tl.store(base + 4, tl.sum(nans, 0))
     tl.store(base + 5, tl.sum(infs, 0))
     tl.store(base + 6 + tl.arange(0, WIDTH), tl.sum(sk, 0))
+
+
+@triton.jit(do_not_specialize=["rows_per_program", "first"])
+def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, BLOCK: tl.constexpr, PERIOD: tl.constexpr,
+                   COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr, STATS: tl.constexpr):
+    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, BLOCK, PERIOD, COLUMN_BLOCKS,
+                      WIDTH, STATS)
+
+
+@triton.jit
+def _pick(slot, v0, v1, v2, v3, v4, v5, v6, v7):
+    # The `slot`th of eight scalars: a kernel's arguments cannot be indexed.
+    v = tl.where(slot == 1, v1, v0)
+    v = tl.where(slot == 2, v2, v)
+    v = tl.where(slot == 3, v3, v)
+    v = tl.where(slot == 4, v4, v)
+    v = tl.where(slot == 5, v5, v)
+    v = tl.where(slot == 6, v6, v)
+    return tl.where(slot == 7, v7, v)
+
+
+# Tensors one `_partial_stats_many` launch fingerprints (its argument list is written out for eight).
+SLOTS = 8
+
+
+@triton.jit(do_not_specialize=["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "n0", "n1", "n2", "n3", "n4", "n5",
+                               "n6", "n7", "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"])
+def _partial_stats_many(out_ptr, a0, a1, a2, a3, a4, a5, a6, a7, n0, n1, n2, n3, n4, n5, n6, n7,
+                        r0, r1, r2, r3, r4, r5, r6, r7, DTYPE: tl.constexpr, ROW_CAPACITY: tl.constexpr,
+                        BLOCK: tl.constexpr, PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr,
+                        WIDTH: tl.constexpr, STATS: tl.constexpr):
+    # `_partial_stats` of up to eight tensors of one dtype (grid axis 1), given by address (`a`), element
+    # count (`n`) and batch row (`r`). Each is split into programs as `Launcher.__call__` splits it, so its
+    # partials, and its fingerprint, are the same bits. Programs past a tensor's own count read nothing and
+    # write zeros to partial rows that are zero anyway.
+    slot = tl.program_id(1)
+    n = _pick(slot, n0, n1, n2, n3, n4, n5, n6, n7)
+    address = _pick(slot, a0, a1, a2, a3, a4, a5, a6, a7)
+    x_ptr = address.to(tl.pointer_type(DTYPE))
+    rows = (n + PERIOD - 1) // PERIOD
+    groups = tl.minimum(rows, ROW_CAPACITY // COLUMN_BLOCKS)
+    rows_per_program = (rows + groups - 1) // groups
+    first = _pick(slot, r0, r1, r2, r3, r4, r5, r6, r7) * ROW_CAPACITY
+    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, BLOCK, PERIOD, COLUMN_BLOCKS,
+                      WIDTH, STATS)
 
 
 def _launch_hooks_active() -> bool:
@@ -93,24 +138,79 @@ def _launch_hooks_active() -> bool:
 
 # Launches between two looks at Triton's launch hooks (reading its knobs costs more than a launch's checks).
 _HOOK_CHECK_EVERY = 256
+# Triton's dtypes for the torch dtypes the kernels read.
+_TRITON_DTYPES = {torch.float32: tl.float32, torch.float64: tl.float64, torch.bfloat16: tl.bfloat16,
+                  torch.float16: tl.float16}
 
 
-class Launcher:
-    """Launches `_partial_stats`; compiled kernels kept per specialization (dtype, alignment, n)."""
+class _DirectLaunches:
+    """Launches of one JIT kernel: the first per specialization key through Triton's JIT (which compiles
+    it), later ones by calling the compiled kernel directly. The JIT is taken again while a profiler hooks
+    Triton's launches, and for good once a direct launch fails (another Triton's launcher signature).
+    `args` are the kernel's runtime arguments, then `constants` its trailing constexpr parameters in order."""
 
-    def __init__(self, block: int = BLOCK, warps: int = WARPS) -> None:
-        self.block = block
+    def __init__(self, jit: Any, warps: int) -> None:
+        self.jit = jit
         self.warps = warps
-        self.column_blocks = triton.cdiv(SKETCH_PERIOD, block)
         self._compiled: dict[tuple[Any, ...], Any] = {}
-        self._direct = True  # False once a direct launch failed: Triton changed, use its JIT path
-        self._current_stream: Any = None  # Triton's driver's get_current_stream, looked up once
+        self._direct = True
         self._until_hook_check = 0
         self._hooked = False
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int) -> None:
+    def __call__(self, key: tuple[Any, ...], grid: tuple[int, int], stream: int, args: tuple[Any, ...],
+                 constants: tuple[tuple[str, Any], ...]) -> None:
+        kernel = self._compiled.get(key) if self._direct else None
+        if kernel is not None and not self._hooks_active():
+            try:
+                kernel.run(grid[0], grid[1], 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
+                           *args, *(value for _, value in constants))
+                return
+            except Exception:  # noqa: BLE001 - another Triton's launcher signature: take the JIT path
+                self._direct = False
+        if stream != _current_stream(torch.cuda.current_device()):  # the JIT launches on the current stream
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+                kernel = self.jit[grid](*args, **dict(constants), num_warps=self.warps)
+        else:
+            kernel = self.jit[grid](*args, **dict(constants), num_warps=self.warps)
+        if hasattr(kernel, "result"):  # Triton's asynchronous compile mode
+            kernel = kernel.result()
+        self._compiled[key] = kernel
+
+    def _hooks_active(self) -> bool:
+        """`_launch_hooks_active()`, looked at again every _HOOK_CHECK_EVERY launches."""
+        if self._until_hook_check <= 0:
+            self._hooked = _launch_hooks_active()
+            self._until_hook_check = _HOOK_CHECK_EVERY
+        self._until_hook_check -= 1
+        return self._hooked
+
+
+def _current_stream(device: int) -> int:
+    """The raw handle of the device's current CUDA stream (what Triton launches on)."""
+    return triton.runtime.driver.active.get_current_stream(device)
+
+
+class Launcher:
+    """Launches the fingerprint kernels: `__call__` one tensor, `many` up to SLOTS tensors of one dtype."""
+
+    slots = SLOTS
+
+    def __init__(self, block: int = BLOCK, warps: int = WARPS) -> None:
+        self.block = block
+        self.column_blocks = triton.cdiv(SKETCH_PERIOD, block)
+        self._one = _DirectLaunches(_partial_stats, warps)
+        self._many = _DirectLaunches(_partial_stats_many, warps)
+        self._get_stream: Any = None  # Triton's driver's get_current_stream, looked up once
+
+    def stream(self, device: int) -> int:
+        """The raw handle of the current stream on CUDA device `device`."""
+        if self._get_stream is None:
+            self._get_stream = triton.runtime.driver.active.get_current_stream
+        return self._get_stream(device)
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int, stream: int | None = None) -> None:
         """Partial statistics of flat contiguous floating-point `x` (float32, float64, bfloat16, float16) into `out[row]`
-        ([batch, programs, STATS], zeros)."""
+        ([batch, programs, STATS], zeros), on `stream` (a raw handle; default: the current stream)."""
         n = x.numel()
         rows = -(-n // SKETCH_PERIOD)
         row_capacity = out.shape[1]
@@ -124,29 +224,30 @@ class Launcher:
         first = row * row_capacity  # index of the row's first partial in the buffer
         # What Triton specializes a compiled kernel on: pointer alignment, n's divisibility and n == 1.
         key = (x.dtype, x.data_ptr() % 16 == 0, n % 16 == 0, n == 1, block)
-        kernel = self._compiled.get(key) if self._direct else None
-        if kernel is not None and not self._hooks_active():
-            try:
-                if self._current_stream is None:
-                    self._current_stream = triton.runtime.driver.active.get_current_stream
-                kernel.run(programs, 1, 1, self._current_stream(x.get_device()), kernel.function,
-                           kernel.packed_metadata, None, None, None,
-                           x, n, rows_per_program, out, first, block, SKETCH_PERIOD, column_blocks,
-                           SKETCH_WIDTH, STATS)
-                return
-            except Exception:  # noqa: BLE001 - another Triton's launcher signature: take the JIT path
-                self._direct = False
-        kernel = _partial_stats[(programs,)](x, n, rows_per_program, out, first, BLOCK=block,
-                                             PERIOD=SKETCH_PERIOD, COLUMN_BLOCKS=column_blocks, WIDTH=SKETCH_WIDTH,
-                                             STATS=STATS, num_warps=self.warps)
-        if hasattr(kernel, "result"):  # Triton's asynchronous compile mode
-            kernel = kernel.result()
-        self._compiled[key] = kernel
+        if stream is None:
+            stream = self.stream(x.get_device())
+        self._one(key, (programs, 1), stream, (x, n, rows_per_program, out, first),
+                  (("BLOCK", block), ("PERIOD", SKETCH_PERIOD), ("COLUMN_BLOCKS", column_blocks),
+                   ("WIDTH", SKETCH_WIDTH), ("STATS", STATS)))
 
-    def _hooks_active(self) -> bool:
-        """`_launch_hooks_active()`, looked at again every _HOOK_CHECK_EVERY launches."""
-        if self._until_hook_check <= 0:
-            self._hooked = _launch_hooks_active()
-            self._until_hook_check = _HOOK_CHECK_EVERY
-        self._until_hook_check -= 1
-        return self._hooked
+    def takes_many(self, out: torch.Tensor) -> bool:
+        """Whether `many` can write into `out`: it splits tensors with the default block only."""
+        return out.shape[1] >= self.column_blocks
+
+    def many(self, xs: list[torch.Tensor], rows: list[int], out: torch.Tensor, stream: int) -> None:
+        """`self(x, out, row)` for each of up to SLOTS flat contiguous tensors of one dtype, in one launch on
+        `stream`: the same partials, bit for bit."""
+        count = len(xs)
+        assert 0 < count <= SLOTS and self.takes_many(out)
+        padding = SLOTS - count
+        addresses = [x.data_ptr() for x in xs] + [out.data_ptr()] * padding  # unread: grid axis 1 is `count`
+        sizes = [x.numel() for x in xs]
+        row_capacity = out.shape[1]
+        most_rows = -(-max(sizes) // SKETCH_PERIOD)
+        programs = self.column_blocks * min(most_rows, row_capacity // self.column_blocks)
+        dtype = xs[0].dtype
+        self._many((dtype,), (programs, count), stream,
+                   (out, *addresses, *sizes, *([0] * padding), *rows, *([0] * padding)),
+                   (("DTYPE", _TRITON_DTYPES[dtype]), ("ROW_CAPACITY", row_capacity), ("BLOCK", self.block),
+                    ("PERIOD", SKETCH_PERIOD), ("COLUMN_BLOCKS", self.column_blocks), ("WIDTH", SKETCH_WIDTH),
+                    ("STATS", STATS)))

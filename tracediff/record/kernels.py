@@ -352,6 +352,7 @@ class KernelCapture:
         tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
         recorder.link_kernel_buffers(a for _, a in tensors)
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
+        recorder.flush_fingerprints()  # the kernel may write what is queued (a reused buffer, an in-place arg)
         with recorder.quiet():  # a first Triton launch autotunes: its benchmark ops are not the program's
             result = kernel(*args, **kwargs)
         outputs = recorder.describe_tensors([(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)], written=True)

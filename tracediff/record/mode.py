@@ -258,7 +258,7 @@ class TraceRecorder(TorchDispatchMode):
         # it and that buffer's entry (see link_kernel_buffers).
         self._kernel_storages: dict[tuple[str, int], tuple[weakref.ref, weakref.ref, list]] = {}
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
-        self.resizes = StorageResizes()
+        self.resizes = StorageResizes(before_resize=self.flush_fingerprints)
         self._scratch = Scratch()  # the host fingerprints' temporary, reused
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
@@ -409,6 +409,12 @@ class TraceRecorder(TorchDispatchMode):
         except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
             return None
 
+    def flush_fingerprints(self) -> None:
+        """Launch the device fingerprints still queued: call it before anything writes a tensor."""
+        if self.device_fingerprints is not None:
+            with self.quiet():
+                self.device_fingerprints.flush()
+
     # -- writing records -----------------------------------------------------------
 
     def _emit(self, record: dict[str, Any]) -> None:
@@ -543,6 +549,8 @@ class TraceRecorder(TorchDispatchMode):
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
             # Tensors the op writes (in-place self, out= buffers), by Python id, with their versions before.
             written = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
+            if self.device_fingerprints is not None:
+                self.device_fingerprints.before_op(writes=bool(written))
         finally:
             self._internal = False
 

@@ -12,6 +12,7 @@ value, until an op writes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +21,9 @@ import torch
 class StorageResizes:
     """Context manager: which storages grew (`resize_` to more bytes) and were not written since."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_resize: Callable[[], None] = lambda: None) -> None:
+        # Called before every resize: work queued on the old memory must be launched before it is freed.
+        self._before_resize = before_resize
         # Storages that grew, by their StorageImpl's address (shared by every view and Python wrapper of
         # it): whether the recorder has counted the new value yet.
         self._grown: dict[int, bool] = {}
@@ -32,8 +35,10 @@ class StorageResizes:
         self._owned_attribute = "resize_" not in cls.__dict__
         original = self._original = cls.resize_
         grown = self._grown
+        before_resize = self._before_resize
 
         def resize_(storage: torch.UntypedStorage, size: int) -> Any:
+            before_resize()
             before = storage.nbytes()
             result = original(storage, size)
             if size > before:
