@@ -63,6 +63,18 @@ def _stable_sum(fp: dict[str, Any]) -> float:
     return 0.0 if abs(fp["sum"]) <= _CANCELLED_SUM * fp["l1"] else _round(fp["sum"])
 
 
+# Sketch entries at least this fraction of l2 away from zero (a sketch entry's spread is about l2): their
+# signs survive rounding noise, and they tell a square matrix from its transpose, which no other
+# statistic does.
+_SKETCH_SIGN_FLOOR = 0.25
+
+
+def _sketch_signs(fp: dict[str, Any]) -> tuple[int, ...]:
+    """The signs of the fingerprint's large sketch entries (0 for the small ones; () without a sketch)."""
+    floor = _SKETCH_SIGN_FLOOR * (fp.get("l2") or 0.0)
+    return tuple(1 if s > floor else -1 if s < -floor else 0 for s in fp.get("sk") or ())
+
+
 def kernel_origin(name: str) -> str | None:
     """The aten ops a generated kernel is named after (inductor names a kernel for the ops its nodes
     came from before decomposition, sorted): `triton_poi_fused_addmm_1` -> `addmm`,
@@ -90,7 +102,8 @@ def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None, i
     value: the first output's rounded fingerprint, None when there is no
     value to match on; fine value: the same with its rounded max, which tells
     apart values whose sums cancel and whose l1 round alike (a residual add
-    and the layer norm of it); named: see `_named_key`. A region's keys are
+    and the layer norm of it), and the signs of its sketch's large entries,
+    which tell a square matrix from its transpose; named: see `_named_key`. A region's keys are
     its identity (named: 0, none).
     """
     kind = record["t"]
@@ -107,7 +120,7 @@ def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None, i
         fp = t.get("fp")
         if fp and not t.get("uninit") and fp.get("n"):
             content = (t["dt"], tuple(t["sh"]), _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"])
-            value, fine = hash(content), hash((*content, _round(fp.get("max", 0.0))))
+            value, fine = hash(content), hash((*content, _round(fp.get("max", 0.0)), _sketch_signs(fp)))
             break
     return primary, hash(("sig", signature)), value, fine, _named_key(record, signature)
 
