@@ -333,6 +333,54 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
     sys.exit(_emit(report, fmt))
 
 
+@cli.command(cls=_ScriptCommand)
+@click.argument("script", type=click.Path())
+@click.option("--backend", default="inductor", show_default=True,
+              help="the compile backend whose numbers differ from eager")
+@click.option("--max-runs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="recorded runs of the script to spend on changes (the diagnosis and timing runs not counted)")
+@_run_options
+@_tolerance_options
+@_FORMAT
+def fix(script: str, script_args: tuple[str, ...], backend: str, max_runs: int, out_dir: str | None,
+        timeout: float | None, seed: int | None, rtol: float | None, atol: float | None, config_path: str | None,
+        strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
+    """Find the cheapest change to the compile that makes SCRIPT's numbers match eager again.
+
+    Runs eager and BACKEND as `run` does; if they diverge, tries changes a user
+    can make in their own code, most local first (the script's own
+    decomposition, lowering or graph pass for the op found; precision casts;
+    full-precision matmuls; no fusion around the op; compile disabled on its
+    module; nothing compiled), each verified by a recorded run that must match
+    eager within the same tolerance, then times the ones that work. Prints the
+    fastest as lines of Python to paste. Exit 0 when a change works (or there
+    is nothing to fix), 1 when none does, 3 when a run fails. --timeout bounds
+    each run and the whole search.
+
+    \b
+      tracediff fix train.py --backend inductor
+      tracediff fix train.py --backend inductor --max-runs 4 --format json -- --steps 2
+    """
+    from tracediff.fix.render import render_fix
+    from tracediff.fix.search import fix_script
+    from tracediff.run.pipeline import parse_backends
+
+    parse_backends(f"eager,{backend}", script)
+    if backend == "eager":
+        raise UserError("fix: --backend must be a compile backend (inductor, aot_eager, ...), not eager")
+    config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
+                          timeout=timeout, seed=seed)
+    result = fix_script(script, list(script_args), backend, config, out_dir, _echo_err, max_runs=max_runs,
+                        timeout=timeout)
+    report = result.to_json()
+    _echo_err(f"tracediff: traces and report in {report['run_dir']}")
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(render_fix(report), nl=False)
+    sys.exit(result.exit_code)
+
+
 @cli.command()
 @click.argument("trace_a", type=click.Path())
 @click.argument("trace_b", type=click.Path())

@@ -16,6 +16,7 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--capture-out", default=None, help="repro: where the kept arguments go (torch.save)")
     parser.add_argument("--float64", action="store_true",
                         help="compute every floating op in float64 (the noise reference of --calibrate)")
+    parser.add_argument("--fix", default=None, metavar="JSON",
+                        help="`tracediff fix`: the changes to make (fix/changes.py), as JSON")
+    parser.add_argument("--time-out", default=None, metavar="PATH",
+                        help="`tracediff fix`: run unrecorded, time each compiled call, write the times to PATH "
+                             "(--out is then unused)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -64,8 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tracediff: {e}", file=sys.stderr)
         return ExitCode.USAGE
     fallback_random = {"auto": None, "on": True, "off": False}[options.fallback_random]
+    applier = None
+    if options.fix:
+        from tracediff.fix.apply import FixApplier
+        from tracediff.fix.changes import decode
+
+        applier = FixApplier(decode(options.fix))
 
     sys.argv = [script, *script_args]
+    if options.time_out:
+        return _run_timed(script, backend, fallback_random, None if options.no_seed else options.seed, applier,
+                          Path(options.time_out))
     materialize: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if options.materialize:
         from tracediff.record.materialize import materialize_all
@@ -92,27 +107,71 @@ def main(argv: list[str] | None = None) -> int:
         script_dir=os.path.dirname(script),
         recorder_factory=capture.recorder if capture else None,
         upcast="float64" if options.float64 else None,
+        before_compile=applier.before_compile if applier else None,
     )
+    if applier is not None:
+        applier.before_script()
     try:
-        with materialize, upcast, session:
+        with _script_exit_status() as status, materialize, upcast, session:
             runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        if e.code in (None, 0):
-            return ExitCode.MATCH
-        print(f"tracediff: the script exited with status {e.code}", file=sys.stderr)
-        return ExitCode.RUN_FAILED
-    except KeyboardInterrupt:  # Ctrl-C passed on by the launcher: the footer says so, no traceback needed
-        print("tracediff: the script was interrupted", file=sys.stderr)
-        return ExitCode.RUN_FAILED
-    except BaseException:  # noqa: BLE001 - the user's script may raise anything; report it
-        traceback.print_exc()
-        return ExitCode.RUN_FAILED
     finally:
         if capture is not None and options.capture_out:
             capture.save(options.capture_out)
+        if applier is not None:
+            applier.report_unmade()
         sys.stdout.flush()
-    return ExitCode.MATCH
+    return status.code
 
+
+def _run_timed(script: str, backend: Any, fallback_random: bool | None, seed: int | None, applier: Any,
+               out: Path) -> int:
+    """`tracediff fix`'s timing run: the script unrecorded, its compiled calls timed (fix/timing.py)."""
+    import torch._inductor.config as inductor_config
+
+    from tracediff.fix.timing import CallTimer
+    from tracediff.record.compile_redirect import CompileRedirect
+    from tracediff.record.session import seed_everything
+
+    if seed is not None:
+        seed_everything(seed)
+    # As a recording sets it (record/session.py): the code timed is the code whose numbers were compared.
+    inductor_config.fallback_random = bool(backend and backend.is_inductor) if fallback_random is None else fallback_random
+    timer = CallTimer()
+    redirect = CompileRedirect(backend, None, before_compile=applier.before_compile if applier else None,
+                               wrap=timer.wrap)
+    if applier is not None:
+        applier.before_script()
+    with _script_exit_status() as status, redirect:
+        runpy.run_path(script, run_name="__main__")
+    if status.code == ExitCode.MATCH:
+        timer.finish(out)
+    sys.stdout.flush()
+    return status.code
+
+
+class _ExitStatus:
+    """The child's exit status: 0 when the script finished (or exited 0), 3 when it raised, exited with
+    another status or was interrupted."""
+
+    code: int = ExitCode.MATCH
+
+
+@contextlib.contextmanager
+def _script_exit_status() -> Iterator[_ExitStatus]:
+    """Runs the script's block; what it raised becomes the status (said on stderr), never an exception."""
+    status = _ExitStatus()
+    try:
+        yield status
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            print(f"tracediff: the script exited with status {e.code}", file=sys.stderr)
+            status.code = ExitCode.RUN_FAILED
+    except KeyboardInterrupt:  # Ctrl-C passed on by the launcher: the footer says so, no traceback needed
+        print("tracediff: the script was interrupted", file=sys.stderr)
+        status.code = ExitCode.RUN_FAILED
+    except BaseException:  # noqa: BLE001 - the user's script may raise anything; report it
+        traceback.print_exc()
+        status.code = ExitCode.RUN_FAILED
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -105,6 +105,8 @@ class Recording:
     capture: tuple[int, ...] = ()  # record indices whose arguments to keep (`tracediff repro`)
     capture_out: Path | None = None  # where the captured arguments go
     nproc: int = 1  # processes launched by torch's elastic launcher (torchrun), each writing its rank's trace
+    fix: str | None = None  # `tracediff fix`: the changes to make, as JSON (fix/changes.py's `encode`)
+    time_out: Path | None = None  # `tracediff fix`: run unrecorded and write the compiled calls' times here
 
     @classmethod
     def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:
@@ -119,6 +121,10 @@ class Recording:
             args += ["--fallback-random", "on" if self.fallback_random else "off"]
         if self.capture:
             args += ["--capture", ",".join(map(str, self.capture)), "--capture-out", str(self.capture_out)]
+        if self.fix:
+            args += ["--fix", self.fix]
+        if self.time_out is not None:
+            args += ["--time-out", str(self.time_out)]
         return args
 
 

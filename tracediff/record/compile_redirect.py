@@ -27,10 +27,16 @@ def _flat_tensors(prefix: str, value: Any) -> list[tuple[str, torch.Tensor]]:
 class CompileRedirect:
     """Context manager: while active, `torch.compile` uses `backend` and records regions."""
 
-    def __init__(self, backend: Backend | None, recorder: TraceRecorder | None) -> None:
+    def __init__(self, backend: Backend | None, recorder: TraceRecorder | None,
+                 before_compile: Callable[[Any], None] | None = None,
+                 wrap: Callable[[Any, Any], Any] | None = None) -> None:
         # backend None: keep whatever backend the script asked for.
         self.backend = backend
         self.recorder = recorder
+        # `tracediff fix`: called with what the script compiles, before it is (fix/apply.py); and, in an
+        # unrecorded run, what wraps each compiled function to time it (fix/timing.py).
+        self.before_compile = before_compile
+        self.wrap = wrap
         self.compile_calls = 0
         self.dropped_options: list[str] = []
         self._original: Callable[..., Any] | None = None
@@ -51,9 +57,11 @@ class CompileRedirect:
             return lambda fn: self.compile(fn, **kwargs)
         region = self.compile_calls
         self.compile_calls += 1
+        if self.before_compile is not None:
+            self.before_compile(model)
         compiled = self._compile(model, kwargs)
         if self.recorder is None:
-            return compiled
+            return compiled if self.wrap is None else self.wrap(model, compiled)
         if isinstance(model, torch.nn.Module):
             return self._wrap_module(model, compiled, region)
         return self._wrap_function(model, compiled, region)

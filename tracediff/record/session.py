@@ -26,6 +26,7 @@ import torch
 from tracediff._version import package_version
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
+from tracediff.record.customizations import compiler_customizations
 from tracediff.record.fingerprint import FINGERPRINT_KINDS
 from tracediff.record.fork import ForkGuard
 from tracediff.record.kernels import KernelCapture
@@ -94,6 +95,7 @@ class RecordingSession:
         script_dir: str | None = None,
         recorder_factory: Callable[[TraceWriter, bool], TraceRecorder] | None = None,
         upcast: str | None = None,
+        before_compile: Callable[[Any], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.backend = backend
@@ -109,6 +111,7 @@ class RecordingSession:
         # `tracediff repro` swaps in a recorder that also keeps chosen ops' arguments.
         self.recorder_factory = recorder_factory or (lambda writer, exact: TraceRecorder(writer, exact=exact))
         self.upcast = upcast  # "float64": a noise reference run (record/upcast.py)
+        self.before_compile = before_compile  # `tracediff fix`: its changes, made at each torch.compile call
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
@@ -152,7 +155,7 @@ class RecordingSession:
             stack.callback(setattr, inductor_config, "fallback_random", restore_fallback_random)
             self.writer = TraceWriter(self.path, self._header())
             self.recorder = self.recorder_factory(self.writer, self.exact)
-            self.redirect = CompileRedirect(self.backend, self.recorder)
+            self.redirect = CompileRedirect(self.backend, self.recorder, before_compile=self.before_compile)
             self.kernels = KernelCapture(self.recorder)
             self.forks = ForkGuard(self.recorder, self.writer)
             stack.push(self._close_with_footer)
@@ -197,6 +200,7 @@ class RecordingSession:
             "child_processes": self.forks.children,
             "error": error,
             "local_modules": local_modules(self.script_dir) if self.script_dir else [],
+            "compiler_customizations": compiler_customizations(),
             # One rank of several: the process group's backend (gloo, nccl), known once the script made one.
             **({"process_group": self.recorder.process_group} if self.recorder.process_group else {}),
         }

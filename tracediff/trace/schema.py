@@ -196,4 +196,6 @@ class Footer(TypedDict, total=False):
     child_processes: int
     error: ScriptError | None
     local_modules: list[dict[str, str]]
+    # What the script changed in inductor (record/customizations.py): {"decompositions", "lowerings", "passes"}
+    compiler_customizations: dict[str, list[str]]
     process_group: dict[str, Any]  # one rank of several: {"backend": "gloo", "size": 2}

@@ -1,0 +1,119 @@
+"""`tracediff fix`: the changes it knows, the plan it makes, and the search end to end on fast backends.
+
+The inductor cases (precision casts, a module kept out of the compile) are in tests/test_fix_inductor.py.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, invoke
+from tests.fix_helpers import patched_copy
+from tracediff.fix.changes import (
+    DISABLE_MODULE,
+    DROP_DECOMPOSITION,
+    DROP_PASS,
+    FALLBACK,
+    INDUCTOR_CONFIG,
+    NO_COMPILE,
+    Change,
+    decode,
+    encode,
+)
+from tracediff.fix.plan import module_chain, plan
+from tracediff.fix.search import compiled_name
+from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
+
+
+def _divergence(op: str = "aten::cos", module: str | None = "Net.block.act", dtype: str = "float32",
+                candidates: tuple[str, ...] = ()) -> Divergence:
+    site = Site(op, 4, "m.py:3", module, "y = torch.cos(h)")
+    tensor = TensorEvidence("output", "0", dtype, (4,), {}, {}, 0.5, "l2", 1e-4, 1e-6, "", None, None)
+    return Divergence(Cause.OUTPUT, site, 0.5, (site, *(Site(c, 5, "m.py:4", module, "") for c in candidates)),
+                      "value", "m.py", True, False, "", None, None, tensor)
+
+
+def test_changes_travel_to_the_child_as_json_and_refuse_unknown_kinds() -> None:
+    changes = [Change(DROP_DECOMPOSITION, "aten::cos"), Change(INDUCTOR_CONFIG, "emulate_precision_casts", True)]
+    assert decode(encode(changes)) == changes
+    with pytest.raises(ValueError, match="unknown change kind"):
+        decode('[{"kind": "rm -rf"}]')
+
+
+def test_each_change_prints_python_naming_the_op_overload_and_the_compiled_module() -> None:
+    assert Change(DROP_DECOMPOSITION, "aten::cos").patch()[-1].startswith(
+        "torch._inductor.decomposition.decompositions.pop(torch.ops.aten.cos.default, None)")
+    assert "make_fallback(torch.ops.aten.add.Tensor, warn=False, override_decomp=True)" in Change(
+        FALLBACK, "aten::add.Tensor").patch()[-1]
+    assert Change(DISABLE_MODULE, "Net.block.act").patch("net")[0].startswith(
+        "net.block.act.forward = torch.compiler.disable(net.block.act.forward)")
+    assert Change(DROP_PASS, "post_grad_custom_post_pass").patch()[-1] == \
+        "torch._inductor.config.post_grad_custom_post_pass = None"
+
+
+def test_the_plan_tries_the_scripts_own_decomposition_first_and_no_compile_last() -> None:
+    changes = plan(_divergence(candidates=("aten::sin",)), "inductor",
+                   {"decompositions": ["aten::cos"], "lowerings": [], "passes": ["post_grad_custom_post_pass"]},
+                   on_cuda=False, settings={})
+    kinds = [c.kind for c in changes]
+    assert changes[0] == Change(DROP_DECOMPOSITION, "aten::cos")
+    assert kinds.index(DROP_PASS) < kinds.index(FALLBACK) < kinds.index(DISABLE_MODULE) < kinds.index(NO_COMPILE)
+    assert [c.target for c in changes if c.kind == FALLBACK] == ["aten::cos", "aten::sin"]
+    assert [c.target for c in changes if c.kind == DISABLE_MODULE] == ["Net.block.act", "Net.block"]
+    assert INDUCTOR_CONFIG not in kinds  # float32 values: precision casts change nothing
+    assert [c.reach for c in changes] == sorted(c.reach for c in changes)
+
+
+def test_precision_casts_are_tried_for_half_precision_values_and_only_under_inductor() -> None:
+    half = _divergence(dtype="bfloat16")
+    assert Change(INDUCTOR_CONFIG, "emulate_precision_casts", True) in plan(half, "inductor", {}, False, {})
+    assert not any(c.kind in (INDUCTOR_CONFIG, FALLBACK) for c in plan(half, "aot_eager", {}, False, {}))
+    assert module_chain("Net") == [] and module_chain(None) == []
+
+
+def test_the_patch_names_what_the_script_compiles(tmp_path: Path) -> None:
+    assert compiled_name(FIXTURES / "perturbed_submodule.py") == "model"
+    assert compiled_name(FIXTURES / "fused_bf16_cancellation.py") == "shift"  # torch.compile(shift)(x)
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nnet = torch.compile(Net().cuda())\n")
+    assert compiled_name(script) == "net"
+
+
+def test_a_registered_decomposition_that_is_wrong_is_dropped_and_the_patch_makes_run_match(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user_cache = tmp_path / "user-cache"
+    user_cache.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(user_cache))
+    result = invoke("fix", str(FIXTURES / "inductor_wrong_decomposition.py"), "--backend",
+                    "aot_eager_decomp_partition", "--out-dir", str(tmp_path / "out"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = result.report
+    assert report["verdict"] == "diverged" and report["first_divergence"]["op"] == "aten::cos"
+    fix = report["fix"]
+    assert fix["change"] == {"kind": DROP_DECOMPOSITION, "target": "aten::cos", "value": None}
+    assert fix["nature"] == "customization" and fix["ms_per_call"] is not None and fix["baseline_ms_per_call"]
+    assert [a["verdict"] for a in report["attempts"]] == ["match"]
+    assert report["attempts"][0]["seconds"] > 0
+    assert "fix 1/" in result.stderr and "timing" in result.stderr  # progress on stderr
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(user_cache) and not any(user_cache.iterdir())
+    script = patched_copy("inductor_wrong_decomposition.py", fix["patch"], tmp_path, ("fault_cos_as_sin.py",))
+    rerun = invoke("run", str(script), "--backends", "eager,aot_eager_decomp_partition", "--out-dir",
+                   str(tmp_path / "rerun"), "--format", "json")
+    assert rerun.exit_code == 0 and rerun.report["verdict"] == "match", rerun.stdout
+    unpatched = invoke("run", str(FIXTURES / "inductor_wrong_decomposition.py"), "--backends",
+                       "eager,aot_eager_decomp_partition", "--out-dir", str(tmp_path / "unpatched"), "--format", "json")
+    assert unpatched.exit_code == 1  # the patch, not the copy, is what makes it match
+
+
+def test_a_clean_script_has_nothing_to_fix(tmp_path: Path) -> None:
+    result = invoke("fix", str(FIXTURES / "clean_mlp.py"), "--backend", "aot_eager", "--out-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert "nothing to fix" in result.stdout and "Fix:" not in result.stdout
+
+
+def test_fix_refuses_eager_as_the_backend(tmp_path: Path) -> None:
+    result = invoke("fix", str(FIXTURES / "clean_mlp.py"), "--backend", "eager", "--out-dir", str(tmp_path))
+    assert result.exit_code == 2 and "must be a compile backend" in result.stderr

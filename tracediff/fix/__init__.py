@@ -1,0 +1,1 @@
+"""`tracediff fix`: the cheapest change to the compile that makes the numbers agree again, verified."""

@@ -1,0 +1,102 @@
+"""The child's side of `tracediff fix`: make the changes in the running script.
+
+Precision settings are made before the script runs and again when it calls
+`torch.compile` (a script often sets its own); everything else when it calls
+`torch.compile`, after its imports have registered their decompositions,
+lowerings and passes and before anything is compiled (compilation waits for
+the first call). Each change says on stdout (the run's log) whether it was
+made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tracediff.fix.changes import (
+    DISABLE_MODULE,
+    DROP_DECOMPOSITION,
+    DROP_LOWERING,
+    DROP_PASS,
+    FALLBACK,
+    INDUCTOR_CONFIG,
+    MATMUL_PRECISION,
+    Change,
+)
+from tracediff.op_names import parts
+
+
+def _overload(op: str) -> Any:
+    namespace, name, overload = parts(op)
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def _full_precision() -> None:
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+class FixApplier:
+    """Makes `changes` in this process: `before_script()` once, `before_compile(model)` at each
+    `torch.compile` call (CompileRedirect calls it)."""
+
+    def __init__(self, changes: list[Change]) -> None:
+        self.changes = changes
+        self._made: set[Change] = set()
+
+    def before_script(self) -> None:
+        if any(c.kind == MATMUL_PRECISION for c in self.changes):
+            _full_precision()
+
+    def before_compile(self, model: Any) -> None:
+        import torch._inductor.config as config
+        import torch._inductor.decomposition as decomposition
+        import torch._inductor.lowering as lowering
+
+        for change in self.changes:
+            kind = change.kind
+            if kind == DROP_DECOMPOSITION:
+                decomposition.decompositions.pop(_overload(change.target), None)
+            elif kind == DROP_LOWERING:
+                lowering.lowerings.pop(_overload(change.target), None)
+            elif kind == DROP_PASS:
+                setattr(config, change.target, None)
+            elif kind == INDUCTOR_CONFIG:
+                setattr(config, change.target, change.value)
+            elif kind == MATMUL_PRECISION:
+                _full_precision()
+            elif kind == FALLBACK:
+                op = _overload(change.target)
+                decomposition.decompositions.pop(op, None)
+                lowering.make_fallback(op, warn=False, override_decomp=True)
+            elif kind == DISABLE_MODULE:
+                if not self._disable_inside(model, change.target):
+                    continue
+            self._say(change)
+
+    def _disable_inside(self, model: Any, target: str) -> bool:
+        """Compile disabled on the module at `target` (`Net.block.act`: the root's class name, then the path
+        inside it), where `model` is that root; False where it is not."""
+        if not isinstance(model, torch.nn.Module):
+            return False
+        root, _, path = target.partition(".")
+        if type(model).__name__ != root or not path:
+            return False
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            return False
+        module.forward = torch.compiler.disable(module.forward)
+        return True
+
+    def _say(self, change: Change) -> None:
+        if change not in self._made:
+            self._made.add(change)
+            print(f"tracediff: fix: made the change: {change.describe()}", flush=True)
+
+    def report_unmade(self) -> None:
+        for change in self.changes:
+            if change not in self._made and change.kind != MATMUL_PRECISION:
+                print(f"tracediff: fix: could not make the change: {change.describe()}", flush=True)
