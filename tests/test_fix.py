@@ -12,7 +12,10 @@ import pytest
 
 from tests.conftest import FIXTURES, invoke
 from tests.fix_helpers import patched_copy
-from tracediff.fix.changes import (
+from tracediff.fix.plan import module_chain, plan
+from tracediff.fix.search import compiled_name
+from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
+from tracediff.record.fix_changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_PASS,
@@ -23,9 +26,6 @@ from tracediff.fix.changes import (
     decode,
     encode,
 )
-from tracediff.fix.plan import module_chain, plan
-from tracediff.fix.search import compiled_name
-from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
 
 
 def _divergence(op: str = "aten::cos", module: str | None = "Net.block.act", dtype: str = "float32",

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"report", "launch"},  # rendering an outcome; running a script under the recorder in a subprocess
     {"repro", "bisect"},  # tools built on recorded runs
     {"run"},  # the pipeline of `tracediff run`
+    {"fix"},  # `tracediff fix`: a search over changes, each verified by `run`'s pipeline
     {"cli", "api", "testing"},  # entry points: the command line, `tracediff.record`, `assert_match`
     {"__init__", "pytest_plugin"},  # the package's public names; the pytest fixture built on `testing`
 ]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracediff.fix.changes import (
+from tracediff.op_names import parts
+from tracediff.outcome import Divergence
+from tracediff.record.fix_changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_LOWERING,
@@ -21,8 +23,6 @@ from tracediff.fix.changes import (
     NO_COMPILE,
     Change,
 )
-from tracediff.op_names import parts
-from tracediff.outcome import Divergence
 
 # Ops a fallback is tried for, at most: the op found and the first other candidates.
 MAX_FALLBACKS = 3

@@ -6,7 +6,7 @@
    with the same tolerances. The search stops after the first reach (kind of
    change) at which one works: wider changes cost more speed.
 3. Each change that works, and the compiled run without any, timed in an
-   unrecorded run (fix/timing.py). The answer is the fastest change that works.
+   unrecorded run (record/call_timer.py). The answer is the fastest change that works.
 
 Every run uses a private inductor and Triton cache, deleted at the end: the
 changes compile code that must not stay in the user's caches.
@@ -27,11 +27,11 @@ from typing import Any
 
 from tracediff.config import Config
 from tracediff.errors import ExitCode, interrupt_keeps
-from tracediff.fix.changes import CUSTOMIZATION, ROUNDING, Change, encode
 from tracediff.fix.plan import plan
-from tracediff.fix.timing import ms_per_call
 from tracediff.launch.launcher import Recording, check_script, record_in_subprocess
 from tracediff.outcome import Outcome, Verdict
+from tracediff.record.call_timer import ms_per_call
+from tracediff.record.fix_changes import CUSTOMIZATION, ROUNDING, Change, encode
 from tracediff.trace.reader import Trace, read_footer
 
 DEFAULT_MAX_RUNS = 8

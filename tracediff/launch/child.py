@@ -42,7 +42,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--float64", action="store_true",
                         help="compute every floating op in float64 (the noise reference of --calibrate)")
     parser.add_argument("--fix", default=None, metavar="JSON",
-                        help="`tracediff fix`: the changes to make (fix/changes.py), as JSON")
+                        help="`tracediff fix`: the changes to make (record/fix_changes.py), as JSON")
     parser.add_argument("--time-out", default=None, metavar="PATH",
                         help="`tracediff fix`: run unrecorded, time each compiled call, write the times to PATH "
                              "(--out is then unused)")
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     fallback_random = {"auto": None, "on": True, "off": False}[options.fallback_random]
     applier = None
     if options.fix:
-        from tracediff.fix.apply import FixApplier
-        from tracediff.fix.changes import decode
+        from tracediff.record.fix_apply import FixApplier
+        from tracediff.record.fix_changes import decode
 
         applier = FixApplier(decode(options.fix))
 
@@ -125,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_timed(script: str, backend: Any, fallback_random: bool | None, seed: int | None, applier: Any,
                out: Path) -> int:
-    """`tracediff fix`'s timing run: the script unrecorded, its compiled calls timed (fix/timing.py)."""
+    """`tracediff fix`'s timing run: the script unrecorded, its compiled calls timed (record/call_timer.py)."""
     import torch._inductor.config as inductor_config
 
-    from tracediff.fix.timing import CallTimer
+    from tracediff.record.call_timer import CallTimer
     from tracediff.record.compile_redirect import CompileRedirect
     from tracediff.record.session import seed_everything
 

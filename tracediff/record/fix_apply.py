@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from tracediff.fix.changes import (
+from tracediff.op_names import parts
+from tracediff.record.fix_changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_LOWERING,
@@ -24,7 +25,6 @@ from tracediff.fix.changes import (
     MATMUL_PRECISION,
     Change,
 )
-from tracediff.op_names import parts
 
 
 def _overload(op: str) -> Any:
