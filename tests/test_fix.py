@@ -21,6 +21,7 @@ from tracediff.record.fix_changes import (
     DROP_PASS,
     FALLBACK,
     INDUCTOR_CONFIG,
+    MATMUL_PRECISION,
     NO_COMPILE,
     Change,
     decode,
@@ -117,3 +118,12 @@ def test_a_clean_script_has_nothing_to_fix(tmp_path: Path) -> None:
 def test_fix_refuses_eager_as_the_backend(tmp_path: Path) -> None:
     result = invoke("fix", str(FIXTURES / "clean_mlp.py"), "--backend", "eager", "--out-dir", str(tmp_path))
     assert result.exit_code == 2 and "must be a compile backend" in result.stderr
+
+
+def test_full_precision_matmuls_are_tried_on_cuda_and_verified_against_eager_with_them_too() -> None:
+    matmul = _divergence(op="aten::mm")
+    assert Change(MATMUL_PRECISION) in plan(matmul, "inductor", {}, on_cuda=True, settings={})
+    assert Change(MATMUL_PRECISION) not in plan(matmul, "inductor", {}, on_cuda=False, settings={})
+    # the patch sets torch's precision, which eager obeys too: the reference is re-recorded with it
+    assert Change(MATMUL_PRECISION).changes_eager
+    assert not any(Change(kind, "aten::mm").changes_eager for kind in (DROP_DECOMPOSITION, FALLBACK, DISABLE_MODULE))

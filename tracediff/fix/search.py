@@ -29,9 +29,10 @@ from tracediff.config import Config
 from tracediff.errors import ExitCode, interrupt_keeps
 from tracediff.fix.plan import plan
 from tracediff.launch.launcher import Recording, check_script, record_in_subprocess
-from tracediff.outcome import Outcome, Verdict
+from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.record.call_timer import ms_per_call
 from tracediff.record.fix_changes import CUSTOMIZATION, ROUNDING, Change, encode
+from tracediff.run.pipeline import compare_runs, run_and_diff
 from tracediff.trace.reader import Trace, read_footer
 
 DEFAULT_MAX_RUNS = 8
@@ -146,13 +147,13 @@ def private_caches() -> Iterator[str]:
 
 
 class _Search:
-    """The runs of one search, within its budget (runs and seconds)."""
+    """The runs of one search: recorded attempts (counted) and timing runs, all before the deadline."""
 
     def __init__(self, script: Path, script_args: list[str], backend: str, config: Config, run_dir: Path,
-                 reference: Path, echo: Callable[[str], None], max_runs: int, deadline: float) -> None:
+                 reference: Path, echo: Callable[[str], None], deadline: float) -> None:
         self.script, self.script_args, self.backend, self.config = script, script_args, backend, config
         self.run_dir, self.reference, self.echo = run_dir, reference, echo
-        self.max_runs, self.deadline = max_runs, deadline
+        self.deadline = deadline
         self.runs = 0
 
     def left_s(self) -> float:
@@ -163,19 +164,23 @@ class _Search:
         return replace(Recording.of(self.config, self.backend, **changes), timeout=timeout)
 
     def attempt(self, change: Change, number: int, total: int) -> Attempt:
-        from tracediff.run.pipeline import compare_runs
-
         self.runs += 1
         started = time.perf_counter()
         trace = self.run_dir / f"fix-{number:02d}.jsonl"
         self.echo(f"tracediff: fix {number}/{total}: {change.describe()}")
+        reference = _reference_run(self.reference)
+        if change.changes_eager:  # the pasted patch changes eager too: compare against eager with it
+            eager_trace = self.run_dir / f"fix-{number:02d}-eager.jsonl"
+            reference = record_in_subprocess(self.script, self.script_args,
+                                             replace(self.recording(fix=encode([change])), backend="eager"),
+                                             eager_trace, echo=lambda _line: None)
         run = record_in_subprocess(self.script, self.script_args, self.recording(fix=encode([change])), trace,
                                    echo=lambda _line: None)
-        failure = run.failure()
+        failure = reference.failure() or run.failure()
         if failure:
             verdict = "failed"
         else:
-            verdict = compare_runs(_reference_run(self.reference), run, self.config, lambda _line: None).verdict.value
+            verdict = compare_runs(reference, run, self.config, lambda _line: None).verdict.value
         seconds = time.perf_counter() - started
         self.echo(f"tracediff: fix {number}/{total}: {verdict}" + (f" ({failure})" if failure else "")
                   + f" in {seconds:.1f} s")
@@ -195,9 +200,8 @@ class _Search:
         return ms
 
 
-def _reference_run(trace: Path) -> Any:
-    from tracediff.outcome import RunResult
-
+def _reference_run(trace: Path) -> RunResult:
+    """The eager run the diagnosis recorded, as `compare_runs` takes it."""
     return RunResult("eager", trace, trace.with_suffix(".log"), 0, False, 0.0)
 
 
@@ -206,8 +210,6 @@ def fix_script(script: str, script_args: list[str], backend: str, config: Config
                ) -> FixResult:
     """`tracediff fix`: the divergence of eager against `backend`, then the cheapest change that removes it.
     `timeout`: seconds for the whole search after the diagnosis (default: unlimited; each run keeps its own)."""
-    from tracediff.run.pipeline import run_and_diff
-
     path = check_script(script)
     with private_caches():
         outcome = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
@@ -233,7 +235,7 @@ def _search(result: FixResult, path: Path, script_args: list[str], config: Confi
     changes = plan(first, result.backend, footer.get("compiler_customizations") or {},
                    str(header.get("device", "")).startswith("cuda"), header.get("settings") or {})
     deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
-    search = _Search(path, script_args, result.backend, config, run_dir, reference, echo, max_runs, deadline)
+    search = _Search(path, script_args, result.backend, config, run_dir, reference, echo, deadline)
     echo(f"tracediff: fix: {len(changes)} changes to try, most local first (at most {max_runs} runs)")
     attempts: list[Attempt] = []
     stopped = None

@@ -63,6 +63,12 @@ class Change:
         return KINDS.index(self.kind)
 
     @property
+    def changes_eager(self) -> bool:
+        """Whether the patch changes the script's eager numbers too (a precision setting does; a compiler
+        setting does not): then the eager reference is recorded again with it."""
+        return self.kind == MATMUL_PRECISION
+
+    @property
     def nature(self) -> str:
         if self.kind in (DROP_DECOMPOSITION, DROP_LOWERING, DROP_PASS):
             return CUSTOMIZATION
