@@ -9,17 +9,20 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import FIXTURES, invoke
 from tests.fix_helpers import patched_copy
 from tracediff.fix.plan import module_chain, plan
 from tracediff.fix.search import compiled_name
 from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
+from tracediff.record.fix_apply import FixApplier
 from tracediff.record.fix_changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_PASS,
     FALLBACK,
+    FLOAT32_MODULE,
     INDUCTOR_CONFIG,
     MATMUL_PRECISION,
     NO_COMPILE,
@@ -127,3 +130,35 @@ def test_full_precision_matmuls_are_tried_on_cuda_and_verified_against_eager_wit
     # the patch sets torch's precision, which eager obeys too: the reference is re-recorded with it
     assert Change(MATMUL_PRECISION).changes_eager
     assert not any(Change(kind, "aten::mm").changes_eager for kind in (DROP_DECOMPOSITION, FALLBACK, DISABLE_MODULE))
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+def test_a_module_kept_in_float32_under_autocast_by_the_child_and_by_the_printed_patch() -> None:
+    """Both ways of making the change (the child's, and the lines a user pastes) compute the module in
+    float32 inside a bf16 autocast region, as the module would outside it."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    change = Change(FLOAT32_MODULE, "_Net.block")
+    assert change in plan(_divergence(module="_Net.block", dtype="bfloat16"), "aot_eager", {}, False, {})
+    assert change.changes_eager and change.nature == "rounding"
+    model = _Net()
+    expected = model(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(x).dtype == torch.bfloat16
+    FixApplier([change]).before_compile(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(model(x), expected)
+    pasted = _Net()
+    pasted.load_state_dict(model.state_dict())
+    widened = pasted(x.bfloat16().float())  # a bf16 input is widened, not computed in bf16
+    exec("\n".join(change.patch("pasted")), {"torch": torch, "pasted": pasted})  # noqa: S102 - the patch under test
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(pasted(x.bfloat16()), widened) and torch.equal(pasted(x), expected)

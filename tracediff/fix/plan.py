@@ -18,6 +18,7 @@ from tracediff.record.fix_changes import (
     DROP_LOWERING,
     DROP_PASS,
     FALLBACK,
+    FLOAT32_MODULE,
     INDUCTOR_CONFIG,
     MATMUL_PRECISION,
     NO_COMPILE,
@@ -76,7 +77,11 @@ def plan(first: Divergence, backend: str, customizations: dict[str, list[str]], 
             changes.append(Change(INDUCTOR_CONFIG, "emulate_precision_casts", True))
         if on_cuda and any(parts(op)[1] in _MATMULS for op in ops):
             changes.append(Change(MATMUL_PRECISION))
+    modules = module_chain(first.site.module)
+    if modules and first.tensor is not None and first.tensor.dtype in _HALF:  # autocast's, most often
+        changes.append(Change(FLOAT32_MODULE, modules[0]))
+    if inductor:
         changes += [Change(FALLBACK, op) for op in ops[:MAX_FALLBACKS] if parts(op)[0] == "aten"]
-    changes += [Change(DISABLE_MODULE, name) for name in module_chain(first.site.module)]
+    changes += [Change(DISABLE_MODULE, name) for name in modules]
     changes.append(Change(NO_COMPILE))
     return changes

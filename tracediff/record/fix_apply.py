@@ -10,6 +10,7 @@ made.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from tracediff.record.fix_changes import (
     DROP_LOWERING,
     DROP_PASS,
     FALLBACK,
+    FLOAT32_MODULE,
     INDUCTOR_CONFIG,
     MATMUL_PRECISION,
     Change,
@@ -36,6 +38,39 @@ def _full_precision() -> None:
     torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+
+def _submodule(model: Any, target: str) -> torch.nn.Module | None:
+    """The module at `target` (`Net.block.act`: the root's class name, then the path inside it) where
+    `model` is that root; None where it is not (another compiled function, or no such module)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    root, _, path = target.partition(".")
+    if type(model).__name__ != root or not path:
+        return None
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _widened(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype in (torch.bfloat16, torch.float16):
+        return value.float()
+    return value
+
+
+def in_float32(forward: Any) -> Any:
+    """`forward` with autocast off and its half-precision tensor arguments widened to float32: a module
+    kept in float32 inside an autocast region (the lines `FLOAT32_MODULE`'s patch prints do the same)."""
+
+    @functools.wraps(forward)
+    def forward_in_float32(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = torch.utils._pytree.tree_map(_widened, (args, kwargs))
+        with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+            return forward(*args, **kwargs)
+
+    return forward_in_float32
 
 
 class FixApplier:
@@ -71,25 +106,15 @@ class FixApplier:
                 op = _overload(change.target)
                 decomposition.decompositions.pop(op, None)
                 lowering.make_fallback(op, warn=False, override_decomp=True)
-            elif kind == DISABLE_MODULE:
-                if not self._disable_inside(model, change.target):
+            elif kind in (DISABLE_MODULE, FLOAT32_MODULE):
+                module = _submodule(model, change.target)
+                if module is None:
                     continue
+                if kind == DISABLE_MODULE:
+                    module.forward = torch.compiler.disable(module.forward)
+                else:
+                    module.forward = in_float32(module.forward)
             self._say(change)
-
-    def _disable_inside(self, model: Any, target: str) -> bool:
-        """Compile disabled on the module at `target` (`Net.block.act`: the root's class name, then the path
-        inside it), where `model` is that root; False where it is not."""
-        if not isinstance(model, torch.nn.Module):
-            return False
-        root, _, path = target.partition(".")
-        if type(model).__name__ != root or not path:
-            return False
-        try:
-            module = model.get_submodule(path)
-        except AttributeError:
-            return False
-        module.forward = torch.compiler.disable(module.forward)
-        return True
 
     def _say(self, change: Change) -> None:
         if change not in self._made:

@@ -21,11 +21,12 @@ DROP_LOWERING = "drop_lowering"
 DROP_PASS = "drop_pass"
 INDUCTOR_CONFIG = "inductor_config"
 MATMUL_PRECISION = "matmul_precision"
+FLOAT32_MODULE = "float32_module"
 FALLBACK = "fallback"
 DISABLE_MODULE = "disable_module"
 NO_COMPILE = "no_compile"
-KINDS = (DROP_DECOMPOSITION, DROP_LOWERING, DROP_PASS, INDUCTOR_CONFIG, MATMUL_PRECISION, FALLBACK, DISABLE_MODULE,
-         NO_COMPILE)
+KINDS = (DROP_DECOMPOSITION, DROP_LOWERING, DROP_PASS, INDUCTOR_CONFIG, MATMUL_PRECISION, FLOAT32_MODULE, FALLBACK,
+         DISABLE_MODULE, NO_COMPILE)
 
 # What a change that works says about the difference it removed.
 CUSTOMIZATION = "customization"  # the script's own decomposition, lowering or pass computes differently
@@ -66,13 +67,14 @@ class Change:
     def changes_eager(self) -> bool:
         """Whether the patch changes the script's eager numbers too (a precision setting does; a compiler
         setting does not): then the eager reference is recorded again with it."""
-        return self.kind == MATMUL_PRECISION
+        return self.kind in (MATMUL_PRECISION, FLOAT32_MODULE)
 
     @property
     def nature(self) -> str:
         if self.kind in (DROP_DECOMPOSITION, DROP_LOWERING, DROP_PASS):
             return CUSTOMIZATION
-        if self.kind == MATMUL_PRECISION or (self.kind == INDUCTOR_CONFIG and self.target == "emulate_precision_casts"):
+        if self.kind in (MATMUL_PRECISION, FLOAT32_MODULE) or (
+                self.kind == INDUCTOR_CONFIG and self.target == "emulate_precision_casts"):
             return ROUNDING
         return COMPILER
 
@@ -84,6 +86,7 @@ class Change:
             DROP_PASS: f"turn off the script's graph pass (inductor config {self.target})",
             INDUCTOR_CONFIG: f"inductor config {self.target} = {self.value!r}",
             MATMUL_PRECISION: "float32 matmuls in full precision (no TF32)",
+            FLOAT32_MODULE: f"module {self.target} kept in float32 under autocast",
             FALLBACK: f"no fusion around {self.target}: inductor calls eager's kernel for it",
             DISABLE_MODULE: f"compile disabled on module {self.target}",
             NO_COMPILE: "nothing compiled (the compiled function runs eagerly)",
@@ -112,9 +115,17 @@ class Change:
             return ["import torch._inductor.decomposition, torch._inductor.lowering",
                     f"torch._inductor.decomposition.decompositions.pop({op}, None)",
                     f"torch._inductor.lowering.make_fallback({op}, warn=False, override_decomp=True)"]
+        path = self.target.partition(".")[2]  # a module target starts with the compiled root's class name
+        module = f"{compiled}.{path}" if path else compiled
+        if self.kind == FLOAT32_MODULE:
+            return [f"_forward = {module}.forward",
+                    "def _in_float32(*args, **kwargs):  # autocast off, half-precision inputs widened",
+                    "    args, kwargs = torch.utils._pytree.tree_map(lambda t: t.float() if torch.is_tensor(t) and "
+                    "t.dtype in (torch.bfloat16, torch.float16) else t, (args, kwargs))",
+                    "    with torch.autocast(\"cuda\", enabled=False), torch.autocast(\"cpu\", enabled=False):",
+                    "        return _forward(*args, **kwargs)",
+                    f"{module}.forward = _in_float32"]
         if self.kind == DISABLE_MODULE:
-            path = self.target.partition(".")[2]  # the target starts with the compiled root's class name
-            module = f"{compiled}.{path}" if path else compiled
             return [f"{module}.forward = torch.compiler.disable({module}.forward)  # before the first compiled call"]
         return [f"# drop torch.compile: call {compiled} itself (or {compiled} = torch.compiler.disable({compiled}))"]
 
