@@ -118,6 +118,17 @@ def test_a_clean_script_has_nothing_to_fix(tmp_path: Path) -> None:
     assert "nothing to fix" in result.stdout and "Fix:" not in result.stdout
 
 
+def test_a_difference_no_compile_change_removes_exits_1_and_says_it_is_not_the_compilers(tmp_path: Path) -> None:
+    """uninitialized.py folds garbage memory into its result: even uncompiled it differs from eager."""
+    result = invoke("fix", str(FIXTURES / "uninitialized.py"), "--backend", "aot_eager", "--out-dir", str(tmp_path),
+                    "--format", "json")
+    report = result.report
+    assert result.exit_code == report["exit_code"] == 1 and report["fix"] is None
+    assert [(a["change"]["kind"], a["verdict"]) for a in report["attempts"]] == [(NO_COMPILE, "diverged")]
+    assert report["attempts"][0]["ms_per_call"] is not None
+    assert any("not the compiler's" in note for note in report["notes"])
+
+
 def test_fix_refuses_eager_as_the_backend(tmp_path: Path) -> None:
     result = invoke("fix", str(FIXTURES / "clean_mlp.py"), "--backend", "eager", "--out-dir", str(tmp_path))
     assert result.exit_code == 2 and "must be a compile backend" in result.stderr

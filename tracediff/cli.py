@@ -352,7 +352,7 @@ def fix(script: str, script_args: tuple[str, ...], backend: str, max_runs: int, 
     decomposition, lowering or graph pass for the op found; precision casts;
     full-precision matmuls; its module in float32 under autocast; no fusion
     around the op; compile disabled on its module; nothing compiled), each verified by a recorded run that must match
-    eager within the same tolerance, then times the ones that work. Prints the
+    eager within the same tolerance, then times each. Prints the
     fastest as lines of Python to paste. Exit 0 when a change works (or there
     is nothing to fix), 1 when none does, 3 when a run fails. --timeout bounds
     each run and the whole search.

@@ -31,7 +31,7 @@ from tracediff.fix.plan import plan
 from tracediff.launch.launcher import Recording, check_script, record_in_subprocess
 from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.record.call_timer import ms_per_call
-from tracediff.record.fix_changes import CUSTOMIZATION, ROUNDING, Change, encode
+from tracediff.record.fix_changes import CUSTOMIZATION, NO_COMPILE, ROUNDING, Change, encode
 from tracediff.run.pipeline import compare_runs, run_and_diff
 from tracediff.trace.reader import Trace, read_footer
 
@@ -255,17 +255,21 @@ def _search(result: FixResult, path: Path, script_args: list[str], config: Confi
             working_reach = change.reach
     if stopped:
         echo(f"tracediff: fix: stopped: {stopped}")
-    working = [a for a in attempts if a.verdict == Verdict.MATCH.value]
     baseline = None
-    if working and search.left_s() > 0:
+    ran = [a for a in attempts if a.verdict != "failed"]
+    if ran and search.left_s() > 0:  # what each change costs, whether or not it works
         baseline = search.time_calls(None, "baseline")
-        timed = {id(a): search.time_calls(a.change, f"{attempts.index(a) + 1:02d}") for a in working
+        timed = {id(a): search.time_calls(a.change, f"{attempts.index(a) + 1:02d}") for a in ran
                  if search.left_s() > 0}
         attempts = [replace(a, ms_per_call=timed.get(id(a))) for a in attempts]
-        working = [a for a in attempts if a.verdict == Verdict.MATCH.value]
+    working = [a for a in attempts if a.verdict == Verdict.MATCH.value]
     chosen = min(working, key=lambda a: (a.ms_per_call is None, a.ms_per_call or 0.0, a.change.reach), default=None)
     notes = [f"fix: {chosen.change.describe()} makes {result.backend} match eager"] if chosen else [
         f"fix: none of the {len(attempts)} changes tried makes {result.backend} match eager"]
+    if any(a.change.kind == NO_COMPILE and a.verdict == Verdict.DIVERGED.value for a in attempts):
+        notes.append("fix: even with nothing compiled the run differs from eager: the difference is not the "
+                     "compiler's, no change to the compile can remove it (is the script deterministic? "
+                     f"`tracediff run {outcome.script or 'SCRIPT'} --backends eager --repeat 2`)")
     final = replace(result, outcome=replace(outcome, notes=(*outcome.notes, *notes)), attempts=tuple(attempts),
                     chosen=chosen, baseline_ms=baseline, stopped=stopped)
     _write(final, run_dir)
