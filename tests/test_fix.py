@@ -173,3 +173,13 @@ def test_a_module_kept_in_float32_under_autocast_by_the_child_and_by_the_printed
     exec("\n".join(change.patch("pasted")), {"torch": torch, "pasted": pasted})  # noqa: S102 - the patch under test
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(pasted(x.bfloat16()), widened) and torch.equal(pasted(x), expected)
+
+
+def test_module_changes_reach_a_module_compiled_by_its_compile_method() -> None:
+    """`model.compile()` hands torch.compile the bound `_call_impl`: the change still finds `model.block`."""
+    model = _Net()
+    FixApplier([Change(DISABLE_MODULE, "_Net.block")]).before_compile(model._call_impl)
+    assert getattr(model.block.forward, "_torchdynamo_disable", False)
+    other = _Net()
+    FixApplier([Change(DISABLE_MODULE, "Other.block")]).before_compile(other)  # another root: left alone
+    assert not getattr(other.block.forward, "_torchdynamo_disable", False)

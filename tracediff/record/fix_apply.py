@@ -44,7 +44,9 @@ def _submodule(model: Any, target: str) -> torch.nn.Module | None:
     """The module at `target` (`Net.block.act`: the root's class name, then the path inside it) where
     `model` is that root; None where it is not (another compiled function, or no such module)."""
     if not isinstance(model, torch.nn.Module):
-        return None
+        model = getattr(model, "__self__", None)  # `module.compile()` compiles its bound _call_impl
+        if not isinstance(model, torch.nn.Module):
+            return None
     root, _, path = target.partition(".")
     if type(model).__name__ != root or not path:
         return None
