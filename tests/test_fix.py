@@ -129,6 +129,22 @@ def test_a_difference_no_compile_change_removes_exits_1_and_says_it_is_not_the_c
     assert any("not the compiler's" in note for note in report["notes"])
 
 
+def test_a_budget_spent_before_a_change_works_exits_1_and_says_so(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two changes planned, one run allowed: the first does not work (no such module), the search stops."""
+    import tracediff.fix.search as search
+
+    monkeypatch.setattr(search, "plan", lambda *args: [Change(DISABLE_MODULE, "Nothing.here"), Change(NO_COMPILE)])
+    result = invoke("fix", str(FIXTURES / "uninitialized.py"), "--backend", "aot_eager", "--max-runs", "1",
+                    "--out-dir", str(tmp_path), "--format", "json")
+    report = result.report
+    assert result.exit_code == 1 and report["fix"] is None
+    assert [a["change"]["kind"] for a in report["attempts"]] == [DISABLE_MODULE]
+    assert "--max-runs 1 reached after 1 of 2 changes" in report["fix_stopped"]
+    assert "could not make the change: compile disabled on module Nothing.here" in \
+        Path(report["attempts"][0]["trace"]).with_suffix(".log").read_text()
+
+
 def test_fix_refuses_eager_as_the_backend(tmp_path: Path) -> None:
     result = invoke("fix", str(FIXTURES / "clean_mlp.py"), "--backend", "eager", "--out-dir", str(tmp_path))
     assert result.exit_code == 2 and "must be a compile backend" in result.stderr
