@@ -130,12 +130,12 @@ def _run_timed(script: str, backend: Any, fallback_random: bool | None, seed: in
 
     from tracediff.record.call_timer import CallTimer
     from tracediff.record.compile_redirect import CompileRedirect
-    from tracediff.record.session import seed_everything
+    from tracediff.record.session import fallback_random_setting, seed_everything
 
     if seed is not None:
         seed_everything(seed)
-    # As a recording sets it (record/session.py): the code timed is the code whose numbers were compared.
-    inductor_config.fallback_random = bool(backend and backend.is_inductor) if fallback_random is None else fallback_random
+    # As a recording sets it: the code timed is the code whose numbers were compared.
+    inductor_config.fallback_random = fallback_random_setting(backend, fallback_random)
     timer = CallTimer()
     redirect = CompileRedirect(backend, None, before_compile=applier.before_compile if applier else None,
                                wrap=timer.wrap)

@@ -79,6 +79,12 @@ def numeric_settings() -> dict[str, Any]:
 _LAUNCH_BOOKKEEPING = ("TORCHELASTIC_",)
 
 
+def fallback_random_setting(backend: Backend | None, requested: bool | None) -> bool:
+    """inductor's `fallback_random` for a run: as requested, else on for inductor, which generates its own
+    random numbers unless told to call eager's."""
+    return bool(backend and backend.is_inductor) if requested is None else requested
+
+
 class RecordingSession:
     """Records everything the program dispatches between enter and exit into `path`."""
 
@@ -101,10 +107,7 @@ class RecordingSession:
         self.backend = backend
         self.seed = seed
         self.exact = exact
-        # Inductor generates its own random numbers unless told to call eager's.
-        if fallback_random is None:
-            fallback_random = bool(backend and backend.is_inductor)
-        self.fallback_random = fallback_random
+        self.fallback_random = fallback_random_setting(backend, fallback_random)
         self.command = command if command is not None else list(sys.argv)
         self.materialized = materialized
         self.script_dir = script_dir
