@@ -33,7 +33,7 @@ def _synchronize() -> None:
 @dataclass
 class _Region:
     name: str
-    call: Callable[..., Any]
+    call: Callable[..., Any]  # the compiled function or module, wrapped or hooked so that a call times itself
     times_ms: list[float] = field(default_factory=list)  # every call's, the first (compiling) one included
     last: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
@@ -46,9 +46,8 @@ class CallTimer:
 
     def wrap(self, model: Any, compiled: Any) -> Any:
         name = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(model, "__qualname__", "fn")
-        region = _Region(name, compiled)
-        self.regions.append(region)
         if isinstance(compiled, torch.nn.Module):
+            region = _Region(name, compiled)  # its hooks time each call
             started: list[float] = []
 
             def pre_hook(_module: Any, args: Any, kwargs: Any) -> None:
@@ -62,6 +61,7 @@ class CallTimer:
 
             compiled.register_forward_pre_hook(pre_hook, with_kwargs=True)
             compiled.register_forward_hook(post_hook, with_kwargs=True)
+            self.regions.append(region)
             return compiled
 
         @functools.wraps(model)
@@ -74,6 +74,8 @@ class CallTimer:
             region.times_ms.append((time.perf_counter() - start) * 1e3)
             return out
 
+        region = _Region(name, timed)
+        self.regions.append(region)
         return timed
 
     def _top_up(self, region: _Region) -> None:
@@ -81,18 +83,10 @@ class CallTimer:
         if region.last is None:
             return
         args, kwargs = region.last
-        target = region.call
         while len(region.times_ms) < TIMED_CALLS + 1:
             before = len(region.times_ms)
             try:
-                if isinstance(target, torch.nn.Module):
-                    target(*args, **kwargs)  # its hooks time it
-                else:
-                    _synchronize()
-                    start = time.perf_counter()
-                    target(*args, **kwargs)
-                    _synchronize()
-                    region.times_ms.append((time.perf_counter() - start) * 1e3)
+                region.call(*args, **kwargs)  # times itself
             except Exception:  # noqa: BLE001 - a call that cannot be repeated: time what the script made
                 return
             if len(region.times_ms) == before:
