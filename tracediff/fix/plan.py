@@ -12,6 +12,7 @@ from typing import Any
 
 from tracediff.op_names import parts
 from tracediff.outcome import Divergence
+from tracediff.record.backends import resolve_backend
 from tracediff.record.fix_changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
@@ -60,8 +61,6 @@ def _rounding_suspected(first: Divergence) -> bool:
 def plan(first: Divergence, backend: str, customizations: dict[str, list[str]], on_cuda: bool,
          settings: dict[str, Any]) -> list[Change]:
     """The changes to try for `first` (a divergence of eager against `backend`), most local first."""
-    from tracediff.record.backends import resolve_backend
-
     inductor = backend != "eager" and ":" not in backend and resolve_backend(backend).is_inductor
     ops = divergent_ops(first)
     changes: list[Change] = []

@@ -160,8 +160,8 @@ class DeviceFingerprints:
         return self._launch is not None
 
     def submit(self, t: torch.Tensor) -> Fingerprint:
-        """Start `t`'s fingerprint on its device (work queued on the current stream);
-        the returned dict is filled when the batch is read (an empty tensor's at once)."""
+        """Start `t`'s fingerprint on its device (launched now, or queued: see `flush`) on the current
+        stream; the returned dict is filled when the batch is read (an empty tensor's at once)."""
         readable = _kernel_input(t) if self._launch is not None else None
         kernel = readable is not None
         x = readable if readable is not None else as_real(t)
@@ -174,6 +174,7 @@ class DeviceFingerprints:
             self._device = x.device
             self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
         slot = len(self._slots)
+        device, stream = -1, 0  # CUDA device index and raw stream handle, where the launcher is used
         if self._launch is not None and (kernel or x.is_cuda):
             device = x.get_device()
             stream = self._launch.stream(device)
