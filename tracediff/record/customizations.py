@@ -8,6 +8,7 @@ does not import it either. `tracediff fix` turns each into a change to try
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -16,17 +17,34 @@ from tracediff.op_names import op_name
 # inductor's config settings that hold a script's own graph passes.
 PASS_SETTINGS = ("pre_grad_custom_pass", "joint_custom_pre_pass", "joint_custom_post_pass",
                  "post_grad_custom_pre_pass", "post_grad_custom_post_pass")
+# Wrappers followed at most this deep to the function they wrap (a cycle of `__wrapped__` ends there).
+_MAX_UNWRAP = 16
+
+
+def _defining_module(fn: Any) -> str:
+    """The module of the code behind a table entry: through `functools.partial` (torch fills inductor's
+    decomposition table with partials of its own functions, whose `__module__` is "functools") and
+    `functools.wraps` wrappers (`register_lowering` wraps the function it is given)."""
+    for _ in range(_MAX_UNWRAP):
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+            continue
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
+    return getattr(fn, "__module__", None) or ""
 
 
 def _outside_torch(fn: Any) -> bool:
-    module = getattr(fn, "__module__", None) or getattr(getattr(fn, "func", None), "__module__", None) or ""
+    module = _defining_module(fn)
     return not (module == "torch" or module.startswith("torch."))
 
 
 def _registered_outside_torch(table: dict[Any, Any]) -> list[str]:
     names = set()
     for op, fn in list(table.items()):
-        if hasattr(op, "name") and _outside_torch(fn):
+        if _outside_torch(fn) and hasattr(op, "name"):
             try:
                 names.add(op_name(op))
             except (TypeError, AttributeError):  # an OpOverloadPacket's name() takes no part here
@@ -45,3 +63,8 @@ def compiler_customizations() -> dict[str, list[str]]:
         "lowerings": _registered_outside_torch(lowering.lowerings) if lowering else [],
         "passes": [name for name in PASS_SETTINGS if config is not None and getattr(config, name, None) is not None],
     }
+
+
+def no_customizations() -> dict[str, list[str]]:
+    """What `compiler_customizations` says of a run that compiled nothing (the tables need not be read)."""
+    return {"decompositions": [], "lowerings": [], "passes": []}

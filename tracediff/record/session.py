@@ -26,7 +26,7 @@ import torch
 from tracediff._version import package_version
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
-from tracediff.record.customizations import compiler_customizations
+from tracediff.record.customizations import compiler_customizations, no_customizations
 from tracediff.record.fingerprint import FINGERPRINT_KINDS
 from tracediff.record.fork import ForkGuard
 from tracediff.record.kernels import KernelCapture
@@ -203,7 +203,8 @@ class RecordingSession:
             "child_processes": self.forks.children,
             "error": error,
             "local_modules": local_modules(self.script_dir) if self.script_dir else [],
-            "compiler_customizations": compiler_customizations(),
+            # Read only where the script compiled: the tables hold thousands of entries (about 2 ms).
+            "compiler_customizations": compiler_customizations() if self.redirect.compile_calls else no_customizations(),
             # One rank of several: the process group's backend (gloo, nccl), known once the script made one.
             **({"process_group": self.recorder.process_group} if self.recorder.process_group else {}),
         }
