@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -18,17 +19,22 @@ from tracediff.trace.schema import FOOTER, HEADER, SCHEMA_VERSION
 _FLUSH_EVERY = 256
 
 
+# Bytes buffered before a write to the file: the default (8 KiB, about ten records) made a system call
+# every few records, about 5 us per record averaged over them.
+_BUFFER_BYTES = 1 << 20
+
+
 def _open_for_write(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
         # mtime=0 keeps the file byte-identical across identical runs. GzipFile opens
         # (and so closes) the file itself: a file passed as fileobj= is left open.
         return gzip.GzipFile(path, mode="wb", mtime=0)  # type: ignore[return-value]
-    return open(path, "wb")
+    return open(path, "wb", buffering=_BUFFER_BYTES)
 
 
 # How orjson writes a fingerprint statistic that overflowed float64 (the only non-finite
 # floats in a record): json writes those as Infinity/NaN, which the reader parses.
-_NULL_STATISTICS = (b'"sum":null', b'"l1":null', b'"l2":null', b'"max":null')
+_NULL_STATISTIC = re.compile(rb'"(?:sum|l1|l2|max)":null')
 
 
 class TraceWriter:
@@ -51,7 +57,7 @@ class TraceWriter:
             line = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
         except orjson.JSONEncodeError:  # e.g. an integer past 64 bits in the header
             line = b"null"
-        if line == b"null" or (b":null" in line and any(null in line for null in _NULL_STATISTICS)):
+        if line == b"null" or (b":null" in line and _NULL_STATISTIC.search(line)):
             line = (self._json(obj) + "\n").encode("utf-8")
         self._file.write(line)
 
