@@ -413,3 +413,33 @@ def test_kernel_buffers_that_reinterpret_one_storage_are_filed_as_aliases_of_it(
     assert written[1]["v"] == written[0]["v"] + 1
     assert read["v"] == written[1]["v"]  # the value the last write made
     assert read["fp"]["sum"] == 8.0  # fingerprinted anew, not a stale value of its own
+
+
+def test_dynamo_never_traces_the_recorder(tmp_path: Path) -> None:
+    """An eager op run from a frame dynamo skipped reaches the recorder with dynamo's frame callback on: the
+    recorder's own frames must not be offered to dynamo (torch wraps a mode in `torch._dynamo.disable` for
+    that; record/mode.py does it more cheaply)."""
+    from torch._dynamo.decorators import skip
+    from torch._dynamo.utils import counters
+
+    @skip
+    def eager_part(x: torch.Tensor) -> torch.Tensor:
+        return x.cos() + 1
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return eager_part(x.sin()) * 2
+
+    def frames_seen(record: bool) -> int:
+        torch._dynamo.reset()
+        counters.clear()
+        compiled, x = torch.compile(f, backend="eager"), torch.randn(4)
+        if record:
+            with tracediff.record(tmp_path / "t.jsonl"):
+                compiled(x)
+        else:
+            compiled(x)
+        return counters["frames"]["total"]
+
+    assert frames_seen(record=True) == frames_seen(record=False)
+    ops = [r.get("op") for r in read_trace(tmp_path / "t.jsonl")[1]]
+    assert ["aten::sin", "aten::cos", "aten::add.Tensor", "aten::mul.Tensor"] == [o for o in ops if o]

@@ -71,14 +71,13 @@ class _CapturingRecorder(TraceRecorder):
         super().__init__(writer, exact=exact)
         self.capture = capture
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         index = self.next_index
         if self.internal or index not in self.capture.indices:
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            return super()._dispatch(func, args, kwargs)
         with self.quiet():
             kept_args, kept_kwargs = self.capture.keep_arguments((args, kwargs))
-        result = super().__torch_dispatch__(func, types, args, kwargs)
+        result = super()._dispatch(func, args, kwargs)
         if self.next_index == index + 1:  # this op was recorded as `index` (not skipped)
             self.capture.add(index, func, kept_args, kept_kwargs, result)
         return result

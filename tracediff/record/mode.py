@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import (
     TorchDispatchMode,
@@ -144,6 +145,9 @@ def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
     shared = entry[4]
     return (None, None) if shared is None else (shared[0](), shared[1])
 
+
+# Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
 _STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
@@ -401,11 +405,16 @@ class TraceRecorder(TorchDispatchMode):
         this rank's shard: its statistics as a whole would take collectives."""
         try:
             t = local_shard(t)
-            if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
-                if self.device_fingerprints is None:
-                    self.device_fingerprints = DeviceFingerprints()
-                return self.device_fingerprints.submit(t)
-            return fingerprint(t, exact=self.exact, scratch=self._scratch)
+            # A plain tensor's statistics bypass every Python dispatch mode, this one included: each of the
+            # dozen torch ops a fingerprint makes would otherwise come back through `__torch_dispatch__`
+            # (about 3 us each on CPU). A subclass keeps its own dispatch, which knows how to read it.
+            bypass = torch._C._DisableTorchDispatch() if type(t) in _PLAIN_TENSORS else contextlib.nullcontext()
+            with bypass:
+                if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
+                    if self.device_fingerprints is None:
+                        self.device_fingerprints = DeviceFingerprints()
+                    return self.device_fingerprints.submit(t)
+                return fingerprint(t, exact=self.exact, scratch=self._scratch)
         except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
             return None
 
@@ -532,8 +541,24 @@ class TraceRecorder(TorchDispatchMode):
 
     # -- dispatch ----------------------------------------------------------------
 
+    # torch wraps a mode's `__torch_dispatch__` in `torch._dynamo.disable`, so that dynamo never traces the
+    # mode's own Python (an eager op run from a frame dynamo skipped reaches the mode with dynamo's frame
+    # callback on). That wrapper costs four Python frames per op. Here dynamo is told to skip the frame of
+    # `__torch_dispatch__` itself (`__enter__`), which turns the callback off before it calls any other
+    # Python: the same effect (tests/test_recorder.py::test_dynamo_never_traces_the_recorder).
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
+        """Subclasses extend `_dispatch`: this frame is the one dynamo skips."""
+        prior = _set_eval_frame(None)
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            _set_eval_frame(prior)
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if self._internal or func.namespace in _SKIPPED_NAMESPACES or _inductor_benchmarking():
             if self._report_child is not None:  # a forked child's first op
                 report, self._report_child = self._report_child, None
@@ -598,7 +623,7 @@ class TraceRecorder(TorchDispatchMode):
         return outputs
 
     def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
-        source, fx, from_compiled_graph = self.sources.find(sys._getframe(2))
+        source, fx, from_compiled_graph = self.sources.find(sys._getframe(3))
         node = torch._C._current_autograd_node()
         if node is None:
             self.backward_sources.forward_op(source)
@@ -671,6 +696,12 @@ class TraceRecorder(TorchDispatchMode):
     # -- lifetime ------------------------------------------------------------------
 
     def __enter__(self) -> TraceRecorder:
+        from torch._dynamo.decorators import skip  # imported already by the recording session's compile hooks
+
+        # Called from C++ with dynamo's callback possibly on: the dispatch entry, and the tensor table's weakref
+        # callback (a tensor dying inside a frame dynamo runs).
+        skip(TraceRecorder.__torch_dispatch__)
+        skip(self._tensor_ids.forget_callback)
         self._thread = threading.get_ident()
         self.modules.__enter__()
         self.resizes.__enter__()

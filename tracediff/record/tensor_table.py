@@ -34,6 +34,11 @@ class TensorTable(Generic[V]):
 
         self._forget = forget
 
+    @property
+    def forget_callback(self) -> Any:
+        """The weak references' callback (run by the garbage collector, from whatever frame a tensor dies in)."""
+        return self._forget
+
     def get(self, t: torch.Tensor) -> V | None:
         found = self._data.get(id(t))
         if found is not None and found[0]() is t:
