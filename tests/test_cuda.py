@@ -129,6 +129,32 @@ def test_fingerprints_are_read_in_batches(tmp_path) -> None:
         assert abs(recorded[key] - host[key]) <= 1e-5 * host["l1"], key
 
 
+def test_held_records_are_written_when_the_program_waits_for_the_device(tmp_path) -> None:
+    """Records wait for their batch of fingerprints and are written when the program next waits for the GPU
+    (`.item()`, a copy to the host, `torch.cuda.synchronize()`), not op by op."""
+    import tracediff
+
+    x = torch.randn(1000, device="cuda")
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        for _ in range(600):  # one full batch of fingerprints, sealed and on its way
+            x = torch.sin(x)
+        torch.cuda._sleep(1_000_000)  # the batch has long arrived; the device is still busy
+        assert session.writer.records == 0
+        x.sum().item()
+        after_item = session.writer.records
+        assert after_item >= 500
+        for _ in range(600):
+            x = torch.cos(x)
+        assert session.writer.records == after_item
+        x.cpu()
+        after_copy = session.writer.records
+        assert after_copy > after_item
+        for _ in range(600):
+            x = torch.sin(x)
+        torch.cuda.synchronize()
+        assert session.writer.records > after_copy
+
+
 @pytest.mark.parametrize("values", [
     [1.0, float("nan"), float("inf"), -float("inf"), 2.0],
     [float("nan")] * 3,

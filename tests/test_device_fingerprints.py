@@ -203,3 +203,32 @@ def test_deferred_records_are_written_when_the_script_raises(tmp_path: Path, mon
     assert trace.failed and trace.failed["type"] == "ValueError"
     assert sum(r["op"] == "aten::tanh" for r in records) == 5
     assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])
+
+
+def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records waiting for device fingerprints are written at the program's next wait for the device (its
+    queue hides that host time), not op by op; past HELD_RECORDS, the older half is written at once."""
+    import importlib
+
+    from tracediff.record import mode
+
+    waits: list[int] = []
+    original = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waits.append(1))  # no CUDA here
+    monkeypatch.setattr(importlib.import_module("tracediff.record.session"), "TraceRecorder", _DeferringRecorder)
+    monkeypatch.setattr(mode, "HELD_RECORDS", 40)
+    x = torch.randn(4, 8)
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        for _ in range(6):
+            x = torch.tanh(x) + 1.0
+        assert session.writer.records == 0 and len(session.recorder._held) == 12
+        torch.cuda.synchronize()  # batches of four: the first eight records' fingerprints have arrived
+        assert waits == [1] and session.writer.records >= 8
+        for _ in range(60):
+            x = torch.tanh(x) + 1.0
+        assert len(session.recorder._held) <= 40
+    assert not hasattr(torch.cuda.synchronize, "__wrapped__") and torch.cuda.synchronize is not original  # restored
+    _, records = read_trace(tmp_path / "t.jsonl")
+    assert [r["i"] for r in records] == list(range(132))
+    assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])

@@ -276,6 +276,16 @@ class DeviceFingerprints:
         while self._sealed and (self._sealed[0].event is None or self._sealed[0].event.query()):
             self._read_oldest()
 
+    def wait_for(self, count: int) -> None:
+        """Wait until the first `count` fingerprints submitted are filled (sealing the open batch if it holds
+        one of them)."""
+        if count <= self.resolved:
+            return
+        if count > self.submitted - len(self._slots):
+            self.seal()
+        while self._sealed and self.resolved < count:
+            self._read_oldest()
+
     def finish(self) -> None:
         """Wait for and fill every fingerprint submitted so far."""
         self.seal()

@@ -106,6 +106,8 @@ class _OpInfo:
     # (`wait_tensor`); None for every other op.
     collective: str | None = None
     takes_floats: bool = True  # an argument may be a Python float (a scalar that can be Inf or NaN)
+    # The host waits for the device's queue: "always" (`.item()`, `nonzero`), "copy" (a copy, if to the host).
+    host_wait: str | None = None
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
@@ -116,7 +118,8 @@ class _OpInfo:
                    schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
                    schema_name in UNINITIALIZED_OUTPUT_OPS,
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES,
-                   _collective(func), takes_floats)
+                   _collective(func), takes_floats,
+                   "always" if schema_name in _HOST_WAITS else "copy" if schema_name in _COPIES else None)
 
 
 def _collective(func: Any) -> str | None:
@@ -146,8 +149,32 @@ def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
     return (None, None) if shared is None else (shared[0](), shared[1])
 
 
+# Records held back at most (see TraceRecorder._emit): bounds the memory they take, a few MiB.
+HELD_RECORDS = 1024
+
 # Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+# Ops that make the host wait for a device's queue (the value or size of a result is read on the host), and the
+# copies that do when they copy to the host.
+_HOST_WAITS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::is_nonzero",
+                         "aten::equal"})
+_COPIES = frozenset({"aten::_to_copy", "aten::copy_"})
+
+
+def _waits_for_device(info: _OpInfo, args: tuple, kwargs: dict) -> bool:
+    """Whether running this op makes the host wait for the device (`info.host_wait` is set)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return False
+    if info.host_wait == "always":
+        return args[0].is_cuda
+    if info.name.startswith("aten::_to_copy"):  # source first, the target device a keyword
+        target = kwargs.get("device")
+        return args[0].is_cuda and target is not None and torch.device(target).type == "cpu"
+    source = args[1] if len(args) > 1 else None  # copy_(destination, source, non_blocking)
+    non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    return isinstance(source, torch.Tensor) and source.is_cuda and not args[0].is_cuda and not non_blocking
+
 
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
 _STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
@@ -252,8 +279,7 @@ class TraceRecorder(TorchDispatchMode):
         self._in_child = False
         self._report_child: Callable[[], None] | None = None
         # Per-op and per-tensor facts that never change, worked out once (names are strings).
-        self._dtype_names: dict[torch.dtype, str] = {}
-        self._device_names: dict[torch.device, str] = {}
+        self._names: dict[torch.dtype | torch.device, str] = {}  # dtypes' and devices' names
         # CUDA fingerprints are computed on the device and read in batches; records
         # that hold one wait here, in order, until it is filled (see _emit).
         self.device_fingerprints: DeviceFingerprints | None = None
@@ -289,11 +315,16 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         A functional collective's output is not read until `wait_tensor` completes it.
         """
-        entry = self._entry(t)
-        if take_fingerprint and entry[0] in self._in_flight:
+        entry = self._tensor_ids.get(t)
+        if entry is None:
+            entry = self._entry(t)
+        if take_fingerprint and self._in_flight and entry[0] in self._in_flight:
             take_fingerprint = False
         is_view = t._is_view()  # before `_base`: this runs for every tensor of every op
-        owner, storage = self._storage(t, entry, is_view)
+        if is_view or entry[4] is not None:
+            owner, storage = self._storage(t, entry, is_view)
+        else:  # the common case, inlined: a tensor of its own
+            owner, storage = None, entry
         if written:
             storage[3] += 1
         garbage = False
@@ -307,7 +338,10 @@ class TraceRecorder(TorchDispatchMode):
                     if not counted:  # the re-allocation made a new value, unseen by the version counter
                         storage[3] += 1
         # An alias shares its owner's counter only once the op making it has returned: read the owner's.
-        version = _version(t if owner is None or is_view else owner)
+        try:
+            version: int | None = (t if owner is None or is_view else owner)._version
+        except RuntimeError:  # inference-mode tensors have no version counter
+            version = None
         if version is not None:
             version += storage[3] + (1 if mutated else 0)
         fp = None
@@ -320,14 +354,14 @@ class TraceRecorder(TorchDispatchMode):
             else:
                 fp = self._fingerprint(t)
                 entry[1], entry[2] = version, fp
-        dtype = t.dtype
-        dtype_name = self._dtype_names.get(dtype)
+        names = self._names
+        dtype, device = t.dtype, t.device
+        dtype_name = names.get(dtype)
         if dtype_name is None:
-            dtype_name = self._dtype_names[dtype] = _dtype_name(dtype)
-        device = t.device
-        device_name = self._device_names.get(device)
+            dtype_name = names[dtype] = _dtype_name(dtype)
+        device_name = names.get(device)
         if device_name is None:
-            device_name = self._device_names[device] = str(device)
+            device_name = names[device] = str(device)
         described = {"a": arg, "id": entry[0], "v": version, "dt": dtype_name, "sh": list(t.shape), "dev": device_name,
                      "fp": fp}
         if self.spmd and type(t).__name__ == "DTensor":
@@ -427,16 +461,42 @@ class TraceRecorder(TorchDispatchMode):
     # -- writing records -----------------------------------------------------------
 
     def _emit(self, record: dict[str, Any]) -> None:
-        """Write `record` now, or hold it (and every later one, to keep the order)
-        while a device fingerprint it may hold is still on its way."""
+        """Write `record` now, or, once device fingerprints are in use, hold it (in order with the others) until
+        the host is about to wait for the device (`before_host_wait`): a record may hold a fingerprint still on
+        its way, and writing is host time the device's queue can hide. Past HELD_RECORDS records, those whose
+        fingerprints have arrived are written at once."""
         device = self.device_fingerprints
-        if device is not None and (self._held or device.pending):
-            self._held.append((record, device.submitted))
-            device.poll()
-            while self._held and self._held[0][1] <= device.resolved:
-                self.writer.write(self._held.popleft()[0])
-        else:
+        if device is None and not self._held:
             self.writer.write(record)
+            return
+        self._held.append((record, device.submitted if device is not None else 0))
+        if len(self._held) > HELD_RECORDS:
+            self._make_room()
+
+    def write_held(self) -> None:
+        """Write the held records whose device fingerprints have arrived, in order, without waiting."""
+        device = self.device_fingerprints
+        if device is not None:
+            device.poll()
+        resolved = device.resolved if device is not None else math.inf
+        held, write = self._held, self.writer.write
+        while held and held[0][1] <= resolved:
+            write(held.popleft()[0])
+
+    def _make_room(self) -> None:
+        """Too many records held: write the older half, waiting for their fingerprints if need be (long
+        since computed, as a rule)."""
+        device = self.device_fingerprints
+        if device is not None:
+            device.wait_for(self._held[len(self._held) // 2][1])
+        self.write_held()
+
+    def before_host_wait(self) -> None:
+        """The program is about to wait for the device (a synchronize, `.item()`, a copy to the host): write
+        the held records whose fingerprints have arrived, on the recording's own thread."""
+        if self._held and not self._internal and not self._in_child and threading.get_ident() == self._thread:
+            with self.quiet():
+                self.write_held()
 
     def finish(self) -> None:
         """Wait for the device fingerprints and write every record held back for them.
@@ -576,6 +636,8 @@ class TraceRecorder(TorchDispatchMode):
             written = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
             if self.device_fingerprints is not None:
                 self.device_fingerprints.before_op(writes=bool(written))
+            if info.host_wait is not None and self._held and _waits_for_device(info, args, kwargs):
+                self.write_held()  # the host is about to wait for the device: its time is free
         finally:
             self._internal = False
 

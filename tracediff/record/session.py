@@ -29,6 +29,7 @@ from tracediff.record.compile_redirect import CompileRedirect
 from tracediff.record.customizations import compiler_customizations, no_customizations
 from tracediff.record.fingerprint import FINGERPRINT_KINDS
 from tracediff.record.fork import ForkGuard
+from tracediff.record.host_waits import HostWaits
 from tracediff.record.kernels import KernelCapture
 from tracediff.record.mode import TraceRecorder
 from tracediff.trace.schema import Footer, Header, ScriptError
@@ -164,6 +165,7 @@ class RecordingSession:
             stack.push(self._close_with_footer)
             stack.enter_context(self.forks)  # left before the footer: it counts the children
             stack.callback(self.recorder.finish)  # records held for device fingerprints, also when the script raised
+            stack.enter_context(HostWaits(self.recorder.before_host_wait))  # left before `finish`
             stack.enter_context(self.kernels)
             stack.enter_context(self._warnings)
             # Our module tracker's global hooks make torch warn about compiled modules;
