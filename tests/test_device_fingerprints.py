@@ -208,7 +208,7 @@ def test_deferred_records_are_written_when_the_script_raises(tmp_path: Path, mon
 def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Records waiting for device fingerprints are written at the program's next wait for the device (its
-    queue hides that host time), not op by op; past HELD_RECORDS, the older half is written at once."""
+    queue hides that host time), not op by op; past HELD_RECORDS, those whose fingerprints arrived."""
     import importlib
 
     from tracediff.record import mode
@@ -232,3 +232,12 @@ def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: P
     _, records = read_trace(tmp_path / "t.jsonl")
     assert [r["i"] for r in records] == list(range(132))
     assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])
+
+
+def test_waiting_for_a_fingerprint_seals_the_open_batch_that_holds_it() -> None:
+    device = DeviceFingerprints(batch=8, programs=3)
+    placeholders = [device.submit(torch.full((5,), float(i))) for i in range(3)]
+    device.wait_for(0)
+    assert device.resolved == 0 and placeholders[1] == {}
+    device.wait_for(2)
+    assert device.resolved == 3 and placeholders[1]["sum"] == 5.0 and device.fetches == 1

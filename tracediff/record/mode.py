@@ -149,7 +149,8 @@ def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
     return (None, None) if shared is None else (shared[0](), shared[1])
 
 
-# Records held back at most (see TraceRecorder._emit): bounds the memory they take, a few MiB.
+# Records held back before the recorder writes those it can without a host wait (TraceRecorder._emit,
+# _make_room): four times as many at most, a few MiB.
 HELD_RECORDS = 1024
 
 # Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
@@ -464,7 +465,7 @@ class TraceRecorder(TorchDispatchMode):
         """Write `record` now, or, once device fingerprints are in use, hold it (in order with the others) until
         the host is about to wait for the device (`before_host_wait`): a record may hold a fingerprint still on
         its way, and writing is host time the device's queue can hide. Past HELD_RECORDS records, those whose
-        fingerprints have arrived are written at once."""
+        fingerprints have arrived are written at once (`_make_room`)."""
         device = self.device_fingerprints
         if device is None and not self._held:
             self.writer.write(record)
@@ -484,12 +485,14 @@ class TraceRecorder(TorchDispatchMode):
             write(held.popleft()[0])
 
     def _make_room(self) -> None:
-        """Too many records held: write the older half, waiting for their fingerprints if need be (long
-        since computed, as a rule)."""
-        device = self.device_fingerprints
-        if device is not None:
-            device.wait_for(self._held[len(self._held) // 2][1])
+        """Too many records held (a program that does not wait for the device): write those whose fingerprints
+        have arrived, as every op did before records waited for the host's waits. Past four times as many, wait
+        for the older half's fingerprints too (the device is then far behind the host)."""
         self.write_held()
+        device = self.device_fingerprints
+        if device is not None and len(self._held) > 4 * HELD_RECORDS:
+            device.wait_for(self._held[len(self._held) // 2][1])
+            self.write_held()
 
     def before_host_wait(self) -> None:
         """The program is about to wait for the device (a synchronize, `.item()`, a copy to the host): write
