@@ -241,3 +241,42 @@ def test_waiting_for_a_fingerprint_seals_the_open_batch_that_holds_it() -> None:
     assert device.resolved == 0 and placeholders[1] == {}
     device.wait_for(2)
     assert device.resolved == 3 and placeholders[1]["sum"] == 5.0 and device.fetches == 1
+
+
+def test_a_batch_read_while_waiting_for_another_keeps_the_order() -> None:
+    """Waiting for a batch's event runs the host-wait hooks, which read arrived batches themselves (`poll`) and
+    write the records whose fingerprints `resolved` says are filled: it must never count a later batch before
+    an earlier one is filled."""
+    device = DeviceFingerprints(batch=2, programs=3, in_flight=8)
+    placeholders: list[dict[str, Any]] = []
+    unfilled_but_resolved: list[int] = []
+    hooking = [False]
+
+    class Event:
+        def __init__(self) -> None:
+            self.done = False
+
+        def query(self) -> bool:
+            return self.done
+
+        def synchronize(self) -> None:  # as record/host_waits.py's hook, which does not re-enter itself
+            if hooking[0]:
+                return
+            hooking[0] = True
+            try:
+                for batch in device._sealed:
+                    batch.event.done = True
+                device.poll()
+                unfilled_but_resolved.extend(i for i in range(device.resolved) if not placeholders[i])
+            finally:
+                hooking[0] = False
+
+    for i in range(6):
+        placeholders.append(device.submit(torch.full((3,), float(i))))
+        if device._sealed and device._sealed[-1].event is None:
+            device._sealed[-1].event = Event()
+    assert len(device._sealed) == 3 and device.resolved == 0
+    device.wait_for(1)
+    assert unfilled_but_resolved == []
+    assert device.resolved == 6 and device.fetches == 3
+    assert [p["sum"] for p in placeholders] == [3.0 * i for i in range(6)]

@@ -263,9 +263,14 @@ class DeviceFingerprints:
             self._read_oldest()
 
     def _read_oldest(self) -> None:
-        batch = self._sealed.popleft()
+        batch = self._sealed[0]
         if batch.event is not None:
+            # May run the program's host-wait hooks (record/host_waits.py), which may read batches themselves:
+            # always from the front, so the order holds; this one may be read by then.
             batch.event.synchronize()
+        if not self._sealed or self._sealed[0] is not batch:
+            return
+        self._sealed.popleft()
         for (placeholder, n), stats in zip(batch.slots, batch.host.tolist()):
             placeholder.update(from_stats(stats, n))
         self.resolved += len(batch.slots)
