@@ -443,3 +443,27 @@ def test_dynamo_never_traces_the_recorder(tmp_path: Path) -> None:
     assert frames_seen(record=True) == frames_seen(record=False)
     ops = [r.get("op") for r in read_trace(tmp_path / "t.jsonl")[1]]
     assert ["aten::sin", "aten::cos", "aten::add.Tensor", "aten::mul.Tensor"] == [o for o in ops if o]
+
+
+
+def test_an_op_dispatched_with_no_python_frame_above_is_recorded(tmp_path: Path, monkeypatch) -> None:
+    """Autograd's device thread (a CUDA backward) calls the mode from C++: `__torch_dispatch__` is then the
+    outermost Python frame. A thread started on it directly by `_thread` makes the same stack on CPU."""
+    import _thread
+    import time
+
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: raised.append(unraisable.exc_value))
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        x = torch.randn(3)
+        recorder, running = session.recorder, _thread._count()
+        recorded = recorder.ops
+        _thread.start_new_thread(recorder.__torch_dispatch__, (torch.ops.aten.cos.default, (), (x,), {}))
+        deadline = time.monotonic() + 30
+        while recorder.ops == recorded and not raised and time.monotonic() < deadline:  # the thread has started...
+            time.sleep(0.01)
+        while _thread._count() > running and time.monotonic() < deadline:  # ...and ended
+            time.sleep(0.01)
+    assert raised == []
+    cos = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::cos"]
+    assert len(cos) == 1 and cos[0]["out"][0]["fp"]["n"] == 3

@@ -688,7 +688,9 @@ class TraceRecorder(TorchDispatchMode):
         return outputs
 
     def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
-        source, fx, from_compiled_graph = self.sources.find(sys._getframe(3))
+        # From the caller's frame, never a fixed depth above it: an op of autograd's device thread (a CUDA
+        # backward) reaches `__torch_dispatch__` from C++, with no Python frame above it.
+        source, fx, from_compiled_graph = self.sources.find(sys._getframe(1))
         node = torch._C._current_autograd_node()
         if node is None:
             self.backward_sources.forward_op(source)
