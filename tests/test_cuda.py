@@ -262,6 +262,30 @@ def test_one_launch_for_many_tensors_gives_the_same_bits_as_one_launch_each(dtyp
     assert torch.equal(alone, together)
 
 
+def test_the_queue_waits_through_writes_elsewhere_and_launches_before_a_write_to_a_queued_tensor() -> None:
+    """A write to other memory (a generated kernel's fresh output) leaves the queue waiting, so one launch
+    serves several kernels; a write to a queued tensor's memory (a buffer inductor reuses, through another
+    tensor of its storage) launches the queue first: the fingerprint is the value before the write."""
+    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprint import fingerprint
+
+    device = DeviceFingerprints()
+    if not device.uses_triton:
+        pytest.skip("the queue is the Triton launcher's")
+    buffer = torch.randn(2, 4096, device="cuda")
+    expected = fingerprint(buffer.cpu())
+    fp = device.submit(buffer)
+    elsewhere = torch.empty(4096, device="cuda")
+    device.before_op([elsewhere])
+    assert device._queue is not None and device._queue.tensors[0] is buffer
+    reused = torch._C._dynamo.guards._reinterpret_tensor(buffer, (4096,), (1,), 4096)  # a kernel's alias of it
+    device.before_op([reused])
+    assert device._queue is None
+    reused.zero_()
+    device.finish()
+    assert abs(fp["l1"] - expected["l1"]) <= 1e-5 * expected["l1"] and fp["sk"] != [0.0] * len(fp["sk"])
+
+
 def test_queued_fingerprints_are_launched_on_the_stream_their_tensors_were_made_on(tmp_path) -> None:
     """`y` is made on a side stream and waits in the queue. The program has the default stream wait for
     it, keeps the side stream busy, then zeroes `y` on the default stream. The queued launch goes to the

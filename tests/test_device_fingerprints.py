@@ -151,6 +151,37 @@ def test_the_recorder_launches_queued_fingerprints_before_a_write(monkeypatch: p
     assert _close(by_op["aten::add.Tensor"]["out"][0]["fp"], fingerprint(x + 3))
 
 
+def test_the_queue_waits_through_writes_elsewhere_and_launches_before_a_write_to_a_queued_tensor(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`sin(x, out=fresh)` writes memory nothing queued lives in: the queue keeps waiting, so one launch serves
+    more ops. `y[:50].zero_()` writes `y`'s memory through a view: `y` is launched first."""
+    launchers: list[_DeferredTorchLauncher] = []
+
+    class Recorder(TraceRecorder):
+        def _fingerprint(self, t: torch.Tensor) -> dict[str, Any] | None:
+            if self.device_fingerprints is None:
+                self.device_fingerprints = DeviceFingerprints(batch=64, programs=3)
+                launchers.append(_queueing(self.device_fingerprints, monkeypatch))
+                launchers[0].slots = 8
+            return self.device_fingerprints.submit(t)
+
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tracediff.record.session"), "TraceRecorder", Recorder)
+    x, fresh = torch.randn(100), torch.empty(100)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        y = x * 2
+        torch.sin(x, out=fresh)
+        y[:50].zero_()
+        launches = list(launchers[0].launches)
+    assert launches == [4]  # x, y, fresh and the view of y, launched together before the write to y
+    _, records = read_trace(tmp_path / "t.jsonl")
+    by_op = {r["op"]: r for r in records}
+    assert _close(by_op["aten::mul.Tensor"]["out"][0]["fp"], fingerprint(x * 2))
+    assert _close(by_op["aten::sin.out"]["out"][0]["fp"], fingerprint(torch.sin(x)))
+    assert by_op["aten::zero_"]["out"][0]["fp"]["l1"] == 0.0
+
+
 def _program(x: torch.Tensor, fail: bool = False) -> torch.Tensor:
     w = torch.randn(8, 8)
     h = torch.relu(x @ w)

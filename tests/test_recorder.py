@@ -467,3 +467,30 @@ def test_an_op_dispatched_with_no_python_frame_above_is_recorded(tmp_path: Path,
     assert raised == []
     cos = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "aten::cos"]
     assert len(cos) == 1 and cos[0]["out"][0]["fp"]["n"] == 3
+
+
+def test_a_view_of_an_unchanged_base_is_read_once_and_again_after_a_write(tmp_path: Path, monkeypatch) -> None:
+    """A program that slices a weight on every call makes a fresh view each time: its value is read once while
+    the weight is unchanged, and read again once the weight is written (in place, as an optimizer does).
+    Another base of the same geometry, and a conjugate view of the same geometry, are not taken for it."""
+    from tracediff.record import mode
+
+    reads: list[tuple[int, ...]] = []
+    real = mode.fingerprint
+    monkeypatch.setattr(mode, "fingerprint", lambda t, **kw: reads.append(tuple(t.shape)) or real(t, **kw))
+    w = torch.arange(12.0).view(3, 4).contiguous()
+    other = torch.arange(12.0).view(3, 4).flip(0).contiguous()
+    z = torch.complex(torch.ones(5), torch.arange(5.0))
+    with tracediff.record(tmp_path / "t.jsonl"):
+        slices = [w[1:], w[1:]]
+        w.mul_(2)
+        slices += [w[1:], other[1:]]
+        complex_slices = [z[1:], z.conj()[1:]]
+    assert reads.count((2, 4)) == 3  # w[1:] before and after the write, and other[1:]: not the second w[1:]
+    fps = [r["out"][0]["fp"] for r in _ops(tmp_path / "t.jsonl") if r["op"].startswith("aten::slice")]
+    s1, s2, s3, s4, as_is, conjugated = fps
+    assert s1 == s2 and s1["sum"] == 4 + 5 + 6 + 7 + 8 + 9 + 10 + 11
+    assert s3["sum"] == 2 * s1["sum"] and s3["sk"] != s1["sk"]
+    assert s4["sum"] == 0 + 1 + 2 + 3 + 4 + 5 + 6 + 7
+    assert as_is["sum"] == 4 + (1 + 2 + 3 + 4) and conjugated["sum"] == 4 - (1 + 2 + 3 + 4)
+    del slices, complex_slices

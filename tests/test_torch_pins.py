@@ -54,6 +54,26 @@ def test_dispatch_mode_sees_inplace_before_the_version_bump() -> None:
     assert x._version == before + 1
 
 
+def test_a_view_ops_result_becomes_a_view_only_after_the_mode_returns() -> None:
+    # record/mode.py files a view op's result under its input's version (`view_version`): inside the mode the
+    # result is no view yet and has a counter of its own, but torch._C._is_alias_of already sees the storage.
+    seen = []
+
+    class Probe(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.slice.Tensor:
+                seen.append((out._is_view(), out._version, torch._C._is_alias_of(out, args[0])))
+            return out
+
+    x = torch.zeros(4)
+    x.add_(1)
+    with Probe():
+        view = x[1:]
+    assert seen == [(False, 0, True)]
+    assert view._is_view() and view._version == x._version == 1
+
+
 def test_ignore_compile_internals_hook_exists() -> None:
     assert hasattr(TorchDispatchMode, "ignore_compile_internals")
 

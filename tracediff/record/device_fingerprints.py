@@ -21,9 +21,10 @@ ops run unless it juggles streams itself.
 A kernel launch costs the host more than anything else per fingerprint, so
 tensors up to QUEUE_BYTES wait in a queue and up to eight of one dtype are
 fingerprinted by one launch. A queued tensor is held (its memory cannot be
-reused) and must not change before its launch: the recorder calls `flush()`
-before any op that writes a tensor, any generated kernel and any storage
-re-allocation, and the queue is flushed when it holds eight tensors or
+reused) and must not change before its launch: the recorder calls `before_op`
+with the tensors each op or generated kernel writes, which flushes the queue
+where one shares memory with a queued tensor, and `flush()` before any storage
+re-allocation; the queue is also flushed when it holds eight tensors or
 QUEUE_BYTES, when a tensor of another dtype or stream comes, and when the
 batch is sealed. Either way a tensor's fingerprint is the same bits.
 """
@@ -64,6 +65,18 @@ class _Queue:
     tensors: list[torch.Tensor]
     rows: list[int]
     nbytes: int
+    spans: list[tuple[int, int]]  # [start, end) of each queued tensor's storage
+
+    def overlaps(self, t: torch.Tensor) -> bool:
+        """Whether `t` shares memory with a queued tensor (a view, an alias, a buffer generated code reuses)."""
+        start, end = _storage_span(t)
+        return any(start < other_end and other_start < end for other_start, other_end in self.spans)
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
 
 
 @dataclass
@@ -204,19 +217,22 @@ class DeviceFingerprints:
             self.flush()
             queue = None
         if queue is None:
-            queue = self._queue = _Queue(device, stream, x.dtype, [], [], 0)
+            queue = self._queue = _Queue(device, stream, x.dtype, [], [], 0, [])
         queue.tensors.append(x)
         queue.rows.append(slot)
         queue.nbytes += nbytes
+        queue.spans.append(_storage_span(x))
         if len(queue.tensors) == self._launch.slots:
             self.flush()
 
-    def before_op(self, writes: bool) -> None:
-        """Called before each of the program's ops: flush the queue if the op writes a tensor, or runs on
-        another stream than the queue's (which may have waited for the queue's tensors to be made, and
-        then write them)."""
+    def before_op(self, written: list[torch.Tensor]) -> None:
+        """Called before each of the program's ops and generated kernels, with the tensors it writes: flush
+        the queue if one of them shares memory with a queued tensor, or if the op runs on another stream than
+        the queue's (which may have waited for the queue's tensors to be made, and then write them). Other
+        writes cannot reach a queued tensor: its memory stays held, so no new tensor is made there."""
         queue = self._queue
-        if queue is not None and (writes or self._on_another_stream(queue.device, queue.stream)):
+        if queue is not None and (self._on_another_stream(queue.device, queue.stream)
+                                  or any(queue.overlaps(t) for t in written)):
             self.flush()
 
     def flush(self) -> None:

@@ -71,11 +71,6 @@ def sketch(x: torch.Tensor) -> torch.Tensor:
     return sum_and_sketch(x)[1:]
 
 
-@functools.lru_cache(maxsize=16)
-def _signs(device: str, dtype: torch.dtype) -> torch.Tensor:
-    return sketch_signs(device).to(dtype)
-
-
 # Rows of SKETCH_PERIOD elements summed in the tensor's own dtype at a time: float32 column sums of up to
 # this many rows err by a few ulps, and reading float32 costs half of reading it as float64.
 _FOLD_ROWS = 1024
@@ -99,13 +94,11 @@ def fold(x: torch.Tensor) -> torch.Tensor:
 
 
 def sum_and_sketch(x: torch.Tensor) -> torch.Tensor:
-    """[sum, *signed sums] of flat, finite `x` (float64, [1 + SKETCH_WIDTH]), on x's device, unread: the
-    sum of its fold in float64, the sketch a product of the fold (or of `x` itself, at most one period
-    long) with the signs in the fold's dtype (float32: an error of a few ulps of `l2`, which the sketch
-    is compared against)."""
+    """[sum, *signed sums] of flat, finite `x` (float64, [1 + SKETCH_WIDTH]), on x's device, unread: one
+    float64 product of its fold (or of `x` itself, at most one period long) with a column of ones and the
+    sketch's signs."""
     folded = fold(x) if x.numel() > SKETCH_PERIOD else x
-    signs = _signs(str(x.device), folded.dtype)[: folded.numel()]
-    return torch.cat([folded.sum(dtype=torch.float64).view(1), (folded @ signs).to(torch.float64)])
+    return folded.to(torch.float64) @ _sum_and_sketch_weights(str(x.device))[: folded.numel()]
 
 
 def has_data(t: torch.Tensor) -> bool:
@@ -273,7 +266,7 @@ def _large_stats(x: torch.Tensor, scratch: Scratch | None = None) -> list[float]
     a = torch.abs(x, out=scratch.take(x.numel(), x.dtype, Scratch.ABS)) if scratch is not None and not x.is_cuda else x.abs()
     parts = [a.sum(), a.amax()]  # amax: about 2.5x faster than max() on CPU
     parts.append(a.mul_(a).sum())  # after max: squares in place, no second temporary
-    s, *sk, l1, mx, sq = torch.cat([sum_and_sketch(x), torch.stack(parts).to(torch.float64)]).tolist()
+    s, *sk, l1, mx, sq = torch.cat([sum_and_sketch(x), torch.stack(parts)]).tolist()  # cat widens to float64
     return [s, l1, sq, mx, *sk]
 
 

@@ -204,6 +204,12 @@ class KernelCapture:
         self.recorder = recorder
         self._pre_grad_stack: list[dict[str, dict[str, Any]]] = []
         self._triton: dict[int, tuple[GraphKernels, str]] = {}  # id(CachingAutotuner) -> (graph, name)
+        # id(CachingAutotuner) -> its arguments' names as recorded (written ones with an output prefix).
+        self._triton_arg_names: dict[int, list[str]] = {}
+        # What a launch's record says of the ops it fuses depends only on the kernel, its call site and the
+        # region's module: built once per (graph, kernel, site, root), not per launch. The graph is kept
+        # in the value so that its id stays its own.
+        self._fused: dict[tuple[int, str, str | None, str | None], tuple[GraphKernels, list[dict[str, Any]], FusedSource]] = {}
         self._restores = contextlib.ExitStack()  # undoes each patch, last first
 
     # -- installing the hooks --------------------------------------------------------
@@ -333,12 +339,11 @@ class KernelCapture:
                 return original(autotuner, *args, **kwargs)
             info, name = known
             site = info.site_handles.get(sys._getframe(1).f_lineno)
-            arg_names = list((getattr(autotuner, "triton_meta", None) or {}).get("signature", {}).keys())
-            mutated = set((getattr(autotuner, "inductor_meta", None) or {}).get("mutated_arg_names", ()))
-            named = [(n if n not in mutated or n.startswith(_OUTPUT_PREFIXES) else f"in_out_{n}", a)
-                     for n, a in zip(arg_names, args)]
-            return capture._record_launch(lambda *a, **k: original(autotuner, *a, **k), name, site, info, named,
-                                          args, kwargs)
+            arg_names = capture._triton_arg_names.get(id(autotuner))
+            if arg_names is None:
+                arg_names = capture._triton_arg_names[id(autotuner)] = _triton_arg_names(autotuner)
+            return capture._record_launch(lambda *a, **k: original(autotuner, *a, **k), name, site, info,
+                                          list(zip(arg_names, args)), args, kwargs)
 
         return run
 
@@ -352,13 +357,33 @@ class KernelCapture:
         tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
         recorder.link_kernel_buffers(a for _, a in tensors)
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
-        recorder.flush_fingerprints()  # the kernel may write what is queued (a reused buffer, an in-place arg)
+        written = [a for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)]
+        recorder.before_writes(written)  # it may write what is queued (a reused buffer, an in-place argument)
         with recorder.quiet():  # a first Triton launch autotunes: its benchmark ops are not the program's
             result = kernel(*args, **kwargs)
         outputs = recorder.describe_tensors([(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)], written=True)
-        fuses = [op.as_record(recorder.region_root) for op in info.fused_ops(name, site)]
-        recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs, fused_source(fuses))
+        fuses, source = self._fused_records(info, name, site, recorder.region_root)
+        recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs, source)
         return result
+
+    def _fused_records(self, info: GraphKernels, name: str, site: str | None,
+                       root: str | None) -> tuple[list[dict[str, Any]], FusedSource]:
+        """The records of the ops a launch fuses and their source, shared by every launch from that site
+        (nothing changes a record once made)."""
+        key = (id(info), name, site, root)
+        known = self._fused.get(key)
+        if known is None:
+            fuses = [op.as_record(root) for op in info.fused_ops(name, site)]
+            known = self._fused[key] = (info, fuses, fused_source(fuses))
+        return known[1], known[2]
+
+
+def _triton_arg_names(autotuner: Any) -> list[str]:
+    """A Triton kernel's argument names, those it writes named as outputs (`in_out_` prefixed where inductor
+    named them otherwise), so the launch's record reads them after it."""
+    arg_names = list((getattr(autotuner, "triton_meta", None) or {}).get("signature", {}).keys())
+    mutated = set((getattr(autotuner, "inductor_meta", None) or {}).get("mutated_arg_names", ()))
+    return [n if n not in mutated or n.startswith(_OUTPUT_PREFIXES) else f"in_out_{n}" for n in arg_names]
 
 
 def _site_source(info: GraphKernels, line: int) -> SourceLocation | None:

@@ -108,6 +108,9 @@ class _OpInfo:
     takes_floats: bool = True  # an argument may be a Python float (a scalar that can be Inf or NaN)
     # The host waits for the device's queue: "always" (`.item()`, `nonzero`), "copy" (a copy, if to the host).
     host_wait: str | None = None
+    # Returns views of its first argument (`slice`, `t`, `split`; `to` or `reshape` where they do not copy): torch
+    # makes them views, sharing that argument's version counter, only once the op has returned through this mode.
+    returns_views: bool = False
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
@@ -119,7 +122,24 @@ class _OpInfo:
                    schema_name in UNINITIALIZED_OUTPUT_OPS,
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES,
                    _collective(func), takes_floats,
-                   "always" if schema_name in _HOST_WAITS else "copy" if schema_name in _COPIES else None)
+                   "always" if schema_name in _HOST_WAITS else "copy" if schema_name in _COPIES else None,
+                   returns_views=_returns_views(func._schema))
+
+
+def _returns_views(schema: Any) -> bool:
+    """Whether every tensor an op returns is a view of its first argument (an alias that is not written)."""
+    first = schema.arguments[0] if schema.arguments else None
+    if first is None or first.alias_info is None or first.alias_info.is_write or schema.name in _STORAGE_ALIASES:
+        return False
+    sets, into_list = first.alias_info.before_set, "*" in first.alias_info.after_set  # `split`: Tensor(a -> *)
+    returned = [r.alias_info for r in schema.returns]
+    return bool(returned) and all(a is not None and not a.is_write and (a.before_set == sets or into_list)
+                                  for a in returned)
+
+
+def _is_alias_of(t: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether `t` shares `other`'s storage (a view op that returned a view, not a copy or a new tensor)."""
+    return torch._C._is_alias_of(t, other)  # type: ignore[attr-defined]
 
 
 def _collective(func: Any) -> str | None:
@@ -155,6 +175,8 @@ HELD_RECORDS = 1024
 
 # Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# Views' fingerprints kept at most (TraceRecorder._view_fingerprint).
+_VIEW_FINGERPRINTS = 4096
 
 # Ops that make the host wait for a device's queue (the value or size of a result is read on the host), and the
 # copies that do when they copy to the host.
@@ -291,6 +313,9 @@ class TraceRecorder(TorchDispatchMode):
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
         self.resizes = StorageResizes(before_resize=self.flush_fingerprints)
         self._scratch = Scratch()  # the host fingerprints' temporary, reused
+        # Fingerprints of views by (base's id, its version, the view's geometry and dtype): each call of a
+        # Linear makes a fresh `t(weight)`, whose value is the same while the weight is unchanged.
+        self._view_fingerprints: dict[tuple, Fingerprint | None] = {}
 
     # Keep torch.compile's own tracing and compilation out of the recording and let
     # the requested backend run, instead of dynamo falling back to eager (as DebugMode does).
@@ -301,7 +326,8 @@ class TraceRecorder(TorchDispatchMode):
     # -- tensors ---------------------------------------------------------------
 
     def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False,
-                  written: bool = False, same_as: dict[str, Any] | None = None) -> dict[str, Any]:
+                  written: bool = False, same_as: dict[str, Any] | None = None,
+                  view_of: tuple[int, int] | None = None) -> dict[str, Any]:
         """Metadata and fingerprint of one tensor.
 
         The recorded version `v` names one value of the tensor, for dataflow:
@@ -311,6 +337,8 @@ class TraceRecorder(TorchDispatchMode):
         under the coming version. `written`: generated code (an inductor
         kernel) wrote `t` behind the counter's back; count that write here.
         `same_as`: a fingerprint known to be `t`'s without reading it (a layout view).
+        `view_of`: `t` is a view op's result, which becomes a view sharing its input's version counter once the
+        op returns: (the id of its base to be, the input's version as read); read later, it is the same value.
         A view also names its base (`b`): a write through the view is a new value
         of the base's storage, which the diff's dataflow must follow. Views share
         their base's version counter, so the writes it missed are counted on the base.
@@ -345,12 +373,20 @@ class TraceRecorder(TorchDispatchMode):
             version = None
         if version is not None:
             version += storage[3] + (1 if mutated else 0)
+        if view_of is not None:
+            version = view_of[1]
         fp = None
         if take_fingerprint:
             if not (mutated or written) and version is not None and entry[1] == version:
                 fp = entry[2]  # unchanged since last fingerprinted: one read per value
             elif same_as is not None:
                 fp = same_as
+                entry[1], entry[2] = version, fp
+            elif view_of is not None:
+                fp = self._view_fingerprint(t, view_of[0], view_of[1])
+                entry[1], entry[2] = version, fp
+            elif is_view and owner is not None and version is not None and not (mutated or written):
+                fp = self._view_fingerprint(t, storage[0], version)
                 entry[1], entry[2] = version, fp
             else:
                 fp = self._fingerprint(t)
@@ -372,6 +408,17 @@ class TraceRecorder(TorchDispatchMode):
         if garbage:
             described["uninit"] = True
         return described
+
+    def _view_fingerprint(self, t: torch.Tensor, base_id: int, version: int) -> Fingerprint | None:
+        """A view's fingerprint, read once per value of its base and geometry: a view shares its base's
+        version counter (and the writes it missed, counted on the base), and a base's id is never reused."""
+        key = (base_id, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.is_conj(), t.is_neg())
+        if key in self._view_fingerprints:
+            return self._view_fingerprints[key]
+        if len(self._view_fingerprints) >= _VIEW_FINGERPRINTS:  # most are of values gone by: start afresh
+            self._view_fingerprints.clear()
+        fp = self._view_fingerprints[key] = self._fingerprint(t)
+        return fp
 
     def _storage(self, t: torch.Tensor, entry: list, is_view: bool | None = None) -> tuple[torch.Tensor | None, list]:
         """The tensor whose storage and version counter `t` shares (a view's base, what a `detach` or
@@ -452,6 +499,12 @@ class TraceRecorder(TorchDispatchMode):
                 return fingerprint(t, exact=self.exact, scratch=self._scratch)
         except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
             return None
+
+    def before_writes(self, tensors: list[torch.Tensor]) -> None:
+        """Generated code is about to write `tensors`: launch the queued device fingerprints if it may write one."""
+        if self.device_fingerprints is not None:
+            with self.quiet():
+                self.device_fingerprints.before_op(tensors)
 
     def flush_fingerprints(self) -> None:
         """Launch the device fingerprints still queued: call it before anything writes a tensor."""
@@ -638,7 +691,7 @@ class TraceRecorder(TorchDispatchMode):
             # Tensors the op writes (in-place self, out= buffers), by Python id, with their versions before.
             written = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
             if self.device_fingerprints is not None:
-                self.device_fingerprints.before_op(writes=bool(written))
+                self.device_fingerprints.before_op([t for _, t, is_written, _ in tensor_args if is_written])
             if info.host_wait is not None and self._held and _waits_for_device(info, args, kwargs):
                 self.write_held()  # the host is about to wait for the device: its time is free
         finally:
@@ -662,6 +715,15 @@ class TraceRecorder(TorchDispatchMode):
                 self._in_flight.difference_update(self._entry(t)[0] for _, t in returned)
             if info.collective in ("work", "functional"):
                 outputs = self._pending_collective_outputs(info, returned, {id(t) for _, t, _, _ in tensor_args})
+            elif info.returns_views and not info.reorders and tensor_args and inputs[0]["v"] is not None:
+                # Not a transpose: its statistics come without their sketch (`same_as`), which its first read
+                # as a view takes.
+                source = tensor_args[0][1]
+                base = source._base if source._is_view() else None
+                view_of = (self._entry(source if base is None else base)[0], inputs[0]["v"])
+                outputs = [self._describe(name, t, same_as=same_as,
+                                          view_of=view_of if _is_alias_of(t, source) else None)
+                           for name, t in returned]
             else:
                 outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
             if written:
