@@ -67,6 +67,10 @@ def main() -> int:
     plain = timed(options.reps)
     host_plain = statistics.median(host)
     profile = cProfile.Profile()
+    if options.compiled:
+        # Generated kernels are recorded where their graph is compiled inside the recording (BENCHMARKS.md, issue 4):
+        # compiled again by its first call in the session (from inductor's cache on disk), and after it for plain.
+        torch._dynamo.reset()
     # One recording around warm-up, timed calls and the profiled call, as `tracediff run` records a script.
     with tracediff.record(trace) as session:
         timed(2)
@@ -78,6 +82,9 @@ def main() -> int:
         profile.enable()
         timed(1)
         profile.disable()
+    if options.compiled:
+        torch._dynamo.reset()
+        timed(1)
     plain += timed(options.reps)
     p, r = statistics.median(plain), statistics.median(recorded)
     print(f"{options.workload} on {options.device}{' compiled' if options.compiled else ''}: plain {p * 1e3:.2f} ms, "

@@ -311,7 +311,7 @@ class KernelCapture:
         if wrapper_file:
             # Extern kernels (aten::mm.out) are dispatched from the wrapper: their source
             # line is the one inductor's provenance gives for that call site.
-            self.recorder.sources.register_generated(wrapper_file, lambda line: _site_source(info, line))
+            self.recorder.sources.register_generated(wrapper_file, _SiteSources(info))
         for name, params in info.params.items():
             kernel = namespace.get(name)
             if callable(kernel) and not getattr(kernel, "_tracediff_kernel", False):
@@ -357,11 +357,14 @@ class KernelCapture:
         tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
         recorder.link_kernel_buffers(a for _, a in tensors)
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
-        written = [a for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)]
-        recorder.before_writes(written)  # it may write what is queued (a reused buffer, an in-place argument)
-        with recorder.quiet():  # a first Triton launch autotunes: its benchmark ops are not the program's
+        written = [(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)]
+        recorder.before_writes([a for _, a in written])  # it may write what is queued (a reused buffer, an in-place argument)
+        previous, recorder._internal = recorder._internal, True  # `quiet()`, inlined: this runs for every launch
+        try:  # a first Triton launch autotunes: its benchmark ops are not the program's
             result = kernel(*args, **kwargs)
-        outputs = recorder.describe_tensors([(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)], written=True)
+        finally:
+            recorder._internal = previous
+        outputs = recorder.describe_tensors(written, written=True)
         fuses, source = self._fused_records(info, name, site, recorder.region_root)
         recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs, source)
         return result
@@ -384,6 +387,19 @@ def _triton_arg_names(autotuner: Any) -> list[str]:
     arg_names = list((getattr(autotuner, "triton_meta", None) or {}).get("signature", {}).keys())
     mutated = set((getattr(autotuner, "inductor_meta", None) or {}).get("mutated_arg_names", ()))
     return [n if n not in mutated or n.startswith(_OUTPUT_PREFIXES) else f"in_out_{n}" for n in arg_names]
+
+
+class _SiteSources:
+    """`_site_source` of one graph's wrapper lines, each worked out once: every extern op of a call asks."""
+
+    def __init__(self, info: GraphKernels) -> None:
+        self.info = info
+        self._known: dict[int, SourceLocation | None] = {}
+
+    def __call__(self, line: int) -> SourceLocation | None:
+        if line not in self._known:
+            self._known[line] = _site_source(self.info, line)
+        return self._known[line]
 
 
 def _site_source(info: GraphKernels, line: int) -> SourceLocation | None:

@@ -175,6 +175,7 @@ HELD_RECORDS = 1024
 
 # Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 # Views' fingerprints kept at most (TraceRecorder._view_fingerprint).
 _VIEW_FINGERPRINTS = 4096
 
@@ -309,7 +310,7 @@ class TraceRecorder(TorchDispatchMode):
         self._held: deque[tuple[dict[str, Any], int]] = deque()
         # Generated kernels' buffers by storage (device, address): the storage, the first buffer seen on
         # it and that buffer's entry (see link_kernel_buffers).
-        self._kernel_storages: dict[tuple[str, int], tuple[weakref.ref, weakref.ref, list]] = {}
+        self._kernel_storages: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, list]] = {}
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
         self.resizes = StorageResizes(before_resize=self.flush_fingerprints)
         self._scratch = Scratch()  # the host fingerprints' temporary, reused
@@ -327,7 +328,7 @@ class TraceRecorder(TorchDispatchMode):
 
     def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False,
                   written: bool = False, same_as: dict[str, Any] | None = None,
-                  view_of: tuple[int, int] | None = None) -> dict[str, Any]:
+                  view_version: int | None = None) -> dict[str, Any]:
         """Metadata and fingerprint of one tensor.
 
         The recorded version `v` names one value of the tensor, for dataflow:
@@ -337,8 +338,8 @@ class TraceRecorder(TorchDispatchMode):
         under the coming version. `written`: generated code (an inductor
         kernel) wrote `t` behind the counter's back; count that write here.
         `same_as`: a fingerprint known to be `t`'s without reading it (a layout view).
-        `view_of`: `t` is a view op's result, which becomes a view sharing its input's version counter once the
-        op returns: (the id of its base to be, the input's version as read); read later, it is the same value.
+        `view_version`: `t` is a view op's result, which becomes a view sharing its input's version counter once
+        the op returns: that input's version as read (read later as a view, it is the same value).
         A view also names its base (`b`): a write through the view is a new value
         of the base's storage, which the diff's dataflow must follow. Views share
         their base's version counter, so the writes it missed are counted on the base.
@@ -373,17 +374,14 @@ class TraceRecorder(TorchDispatchMode):
             version = None
         if version is not None:
             version += storage[3] + (1 if mutated else 0)
-        if view_of is not None:
-            version = view_of[1]
+        if view_version is not None:
+            version = view_version
         fp = None
         if take_fingerprint:
             if not (mutated or written) and version is not None and entry[1] == version:
                 fp = entry[2]  # unchanged since last fingerprinted: one read per value
             elif same_as is not None:
                 fp = same_as
-                entry[1], entry[2] = version, fp
-            elif view_of is not None:
-                fp = self._view_fingerprint(t, view_of[0], view_of[1])
                 entry[1], entry[2] = version, fp
             elif is_view and owner is not None and version is not None and not (mutated or written):
                 fp = self._view_fingerprint(t, storage[0], version)
@@ -467,13 +465,15 @@ class TraceRecorder(TorchDispatchMode):
         `b`) and the diff's dataflow follows it. That buffer may be gone (generated code deletes each
         alias after its kernel) while its storage lives on."""
         for t in tensors:
+            entry = self._tensor_ids.get(t)
+            if entry is not None and entry[4] is not None:
+                continue  # filed as an alias already
             if t._is_view() or not has_data(t) or is_zero_tensor(t):
                 continue
-            entry = self._entry(t)
-            if entry[4] is not None:
-                continue
+            if entry is None:
+                entry = self._entry(t)
             storage = t.untyped_storage()
-            key = (str(t.device), storage.data_ptr())
+            key = (t.get_device(), storage.data_ptr())
             seen = self._kernel_storages.get(key)
             if seen is None or seen[0]() is not storage:  # a new storage (or the allocator reused the memory)
                 self._kernel_storages[key] = (weakref.ref(storage), weakref.ref(t), entry)
@@ -503,8 +503,11 @@ class TraceRecorder(TorchDispatchMode):
     def before_writes(self, tensors: list[torch.Tensor]) -> None:
         """Generated code is about to write `tensors`: launch the queued device fingerprints if it may write one."""
         if self.device_fingerprints is not None:
-            with self.quiet():
+            previous, self._internal = self._internal, True
+            try:
                 self.device_fingerprints.before_op(tensors)
+            finally:
+                self._internal = previous
 
     def flush_fingerprints(self) -> None:
         """Launch the device fingerprints still queued: call it before anything writes a tensor."""
@@ -589,8 +592,12 @@ class TraceRecorder(TorchDispatchMode):
 
         written: generated code just wrote these tensors (see `_describe`).
         """
+        named = list(named)
         previous, self._internal = self._internal, True
         try:
+            if torch._C._functorch.peek_interpreter_stack() is None and not any(
+                    _is_functorch_wrapped(t) for _, t in named):  # no transform here: the common case, inlined
+                return [self._describe(name, t, written=written) for name, t in named]
             described = []
             with outside_transforms(named) as plain:
                 for name, t, level in plain:
@@ -718,11 +725,9 @@ class TraceRecorder(TorchDispatchMode):
             elif info.returns_views and not info.reorders and tensor_args and inputs[0]["v"] is not None:
                 # Not a transpose: its statistics come without their sketch (`same_as`), which its first read
                 # as a view takes.
-                source = tensor_args[0][1]
-                base = source._base if source._is_view() else None
-                view_of = (self._entry(source if base is None else base)[0], inputs[0]["v"])
+                source, version = tensor_args[0][1], inputs[0]["v"]
                 outputs = [self._describe(name, t, same_as=same_as,
-                                          view_of=view_of if _is_alias_of(t, source) else None)
+                                          view_version=version if _is_alias_of(t, source) else None)
                            for name, t in returned]
             else:
                 outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
