@@ -182,6 +182,20 @@ def test_the_queue_waits_through_writes_elsewhere_and_launches_before_a_write_to
     assert by_op["aten::zero_"]["out"][0]["fp"]["l1"] == 0.0
 
 
+def test_the_queue_takes_a_tensor_it_cannot_place_in_memory_as_sharing_it() -> None:
+    """A write to a tensor whose memory is not told by a plain storage (a sparse tensor, a subclass such as
+    DTensor, whose local tensor may be the queued one) launches the queue first."""
+
+    class Wrapped(torch.Tensor):
+        pass
+
+    queued = torch.randn(8)
+    queue = device_fingerprints._Queue(0, 0, torch.float32, [queued], [0], 32, [device_fingerprints._storage_span(queued)])
+    assert queue.overlaps(queued[2:]) and not queue.overlaps(torch.randn(8))
+    assert queue.overlaps(torch.randn(8).to_sparse())
+    assert queue.overlaps(torch.randn(8).as_subclass(Wrapped))
+
+
 def _program(x: torch.Tensor, fail: bool = False) -> torch.Tensor:
     w = torch.randn(8, 8)
     h = torch.relu(x @ w)

@@ -68,9 +68,19 @@ class _Queue:
     spans: list[tuple[int, int]]  # [start, end) of each queued tensor's storage
 
     def overlaps(self, t: torch.Tensor) -> bool:
-        """Whether `t` shares memory with a queued tensor (a view, an alias, a buffer generated code reuses)."""
-        start, end = _storage_span(t)
+        """Whether `t` may share memory with a queued tensor (a view, an alias, a buffer generated code
+        reuses). A tensor whose memory is not its storage's (a wrapper subclass such as DTensor, whose local
+        tensor may be queued; a sparse tensor) may share anything."""
+        if type(t) not in _PLAIN_TENSORS:
+            return True
+        try:
+            start, end = _storage_span(t)
+        except (RuntimeError, NotImplementedError):  # no storage to tell by
+            return True
         return any(start < other_end and other_start < end for other_start, other_end in self.spans)
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -125,7 +135,7 @@ def _kernel_input(t: torch.Tensor) -> torch.Tensor | None:
     cannot read it. The kernel reads memory by address: a wrapper subclass's (a functional collective's
     AsyncCollectiveTensor, still in flight) is not its data, so such tensors, and any other it cannot read,
     go through torch's ops (after `as_real`)."""
-    if not (t.is_cuda and type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in _KERNEL_DTYPES
+    if not (t.is_cuda and type(t) in _PLAIN_TENSORS and t.dtype in _KERNEL_DTYPES
             and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS):
         return None
     return t if t.is_contiguous() else t.contiguous()

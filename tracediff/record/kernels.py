@@ -359,11 +359,8 @@ class KernelCapture:
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
         written = [(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)]
         recorder.before_writes([a for _, a in written])  # it may write what is queued (a reused buffer, an in-place argument)
-        previous, recorder._internal = recorder._internal, True  # `quiet()`, inlined: this runs for every launch
-        try:  # a first Triton launch autotunes: its benchmark ops are not the program's
-            result = kernel(*args, **kwargs)
-        finally:
-            recorder._internal = previous
+        # A first Triton launch autotunes: its benchmark ops are not the program's.
+        result = recorder.call_quietly(kernel, args, kwargs)
         outputs = recorder.describe_tensors(written, written=True)
         fuses, source = self._fused_records(info, name, site, recorder.region_root)
         recorder.write_kernel(name, site, info.graph, fuses, inputs, outputs, source)

@@ -308,9 +308,9 @@ class TraceRecorder(TorchDispatchMode):
         # that hold one wait here, in order, until it is filled (see _emit).
         self.device_fingerprints: DeviceFingerprints | None = None
         self._held: deque[tuple[dict[str, Any], int]] = deque()
-        # Generated kernels' buffers by storage (device, address): the storage, the first buffer seen on
+        # Generated kernels' buffers by storage (CUDA or not, device index, address): the storage, the first buffer seen on
         # it and that buffer's entry (see link_kernel_buffers).
-        self._kernel_storages: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, list]] = {}
+        self._kernel_storages: dict[tuple[bool, int, int], tuple[weakref.ref, weakref.ref, list]] = {}
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
         self.resizes = StorageResizes(before_resize=self.flush_fingerprints)
         self._scratch = Scratch()  # the host fingerprints' temporary, reused
@@ -473,7 +473,7 @@ class TraceRecorder(TorchDispatchMode):
             if entry is None:
                 entry = self._entry(t)
             storage = t.untyped_storage()
-            key = (t.get_device(), storage.data_ptr())
+            key = (t.is_cuda, t.get_device(), storage.data_ptr())
             seen = self._kernel_storages.get(key)
             if seen is None or seen[0]() is not storage:  # a new storage (or the allocator reused the memory)
                 self._kernel_storages[key] = (weakref.ref(storage), weakref.ref(t), entry)
@@ -606,6 +606,15 @@ class TraceRecorder(TorchDispatchMode):
                         tensor["ft"] = level  # a torch.func wrapper, described by the tensor it wraps
                     described.append(tensor)
             return described
+        finally:
+            self._internal = previous
+
+    def call_quietly(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """`fn(*args, **kwargs)` recording nothing inside: `quiet()` without a context manager's cost, for each
+        generated kernel's launch."""
+        previous, self._internal = self._internal, True
+        try:
+            return fn(*args, **kwargs)
         finally:
             self._internal = previous
 
