@@ -9,6 +9,13 @@ interleaved (blocks of ten, 15 rounds, one session per block); medians.
 
 `held` shows the hot path of a CUDA recording, where records wait for their device fingerprints and are written
 when the program next waits for the device (here: at the session's end, outside the timed calls).
+
+    python bench/record_host_cost.py held fastest   # the fastest of 40 calls, a session each (one warm-up call in
+                                                     # it), plain ones interleaved: the call least disturbed by the rest
+                                                     # of a shared machine
+
+To compare two trees, alternate runs of each tree's own copy of this script (it imports the tracediff beside it;
+copy it into a tree that lacks an option).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -58,6 +66,8 @@ def main() -> int:
             return model(input_ids=ids).logits
 
     trace = Path(tempfile.mkdtemp(prefix="tracediff-hostcost-")) / "t.jsonl"
+    if sys.argv[2:3] == ["fastest"]:
+        return _fastest(variant, forward, trace)
     with tracediff.record(trace):
         forward()
     plain, recorded, records = [], [], 0.0
@@ -85,6 +95,24 @@ def main() -> int:
                 forward()
             profile.disable()
         pstats.Stats(profile).sort_stats(sys.argv[2]).print_stats(40)
+    return 0
+
+
+def _fastest(variant: str, forward: Callable[[], object], trace: Path) -> int:
+    plain, recorded, records = [], [], 0.0
+    for _ in range(40):
+        start = time.perf_counter()
+        forward()
+        plain.append(time.perf_counter() - start)
+        with tracediff.record(trace) as session:
+            forward()
+            start = time.perf_counter()
+            forward()
+            recorded.append(time.perf_counter() - start)
+            records = session.recorder.ops / 2
+    p, r = min(plain), min(recorded)
+    print(f"{Path(tracediff.__file__).parent.parent.name} {variant}: fastest plain {p * 1e3:.2f} ms, recorded "
+          f"{r * 1e3:.2f} ms, {records:.0f} records per call, {(r - p) / records * 1e6:.1f} us per record")
     return 0
 
 
