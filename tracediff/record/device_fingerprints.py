@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracediff.record.fingerprint import SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
+from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
 from tracediff.trace.schema import Fingerprint
 
 if TYPE_CHECKING:  # importing it needs Triton
@@ -71,16 +71,13 @@ class _Queue:
         """Whether `t` may share memory with a queued tensor (a view, an alias, a buffer generated code
         reuses). A tensor whose memory is not its storage's (a wrapper subclass such as DTensor, whose local
         tensor may be queued; a sparse tensor) may share anything."""
-        if type(t) not in _PLAIN_TENSORS:
+        if type(t) not in PLAIN_TENSORS:
             return True
         try:
             start, end = _storage_span(t)
         except (RuntimeError, NotImplementedError):  # no storage to tell by
             return True
         return any(start < other_end and other_start < end for other_start, other_end in self.spans)
-
-
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -135,7 +132,7 @@ def _kernel_input(t: torch.Tensor) -> torch.Tensor | None:
     cannot read it. The kernel reads memory by address: a wrapper subclass's (a functional collective's
     AsyncCollectiveTensor, still in flight) is not its data, so such tensors, and any other it cannot read,
     go through torch's ops (after `as_real`)."""
-    if not (t.is_cuda and type(t) in _PLAIN_TENSORS and t.dtype in _KERNEL_DTYPES
+    if not (t.is_cuda and type(t) in PLAIN_TENSORS and t.dtype in _KERNEL_DTYPES
             and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS):
         return None
     return t if t.is_contiguous() else t.contiguous()

@@ -46,6 +46,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from tracediff.trace.schema import Fingerprint
 
+# Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
 FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n", "sk")
 # The sketch's signs repeat with this (prime) period: one table of signs serves every size, and
 # a tensor is folded into a vector of this length by one float64 reduction before the signed sums.

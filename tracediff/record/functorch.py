@@ -34,6 +34,12 @@ def unwrapped(t: torch.Tensor) -> tuple[torch.Tensor, int | None]:
     return t, level
 
 
+def transforms_involved(tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether reading `tensors` needs `outside_transforms`: a transform is active, or one of them is wrapped."""
+    functorch = torch._C._functorch
+    return functorch.peek_interpreter_stack() is not None or any(functorch.is_functorch_wrapped_tensor(t) for t in tensors)
+
+
 @contextlib.contextmanager
 def outside_transforms(
     named: Iterable[tuple[str, torch.Tensor]],

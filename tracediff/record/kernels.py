@@ -25,6 +25,7 @@ strings; debug._pre_grad_graph_id; compile_fx.compile_fx (and _maybe_wrap_and_co
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import linecache
 import re
@@ -311,7 +312,8 @@ class KernelCapture:
         if wrapper_file:
             # Extern kernels (aten::mm.out) are dispatched from the wrapper: their source
             # line is the one inductor's provenance gives for that call site.
-            self.recorder.sources.register_generated(wrapper_file, _SiteSources(info))
+            # Every extern op of every call asks: each line is worked out once.
+            self.recorder.sources.register_generated(wrapper_file, functools.cache(functools.partial(_site_source, info)))
         for name, params in info.params.items():
             kernel = namespace.get(name)
             if callable(kernel) and not getattr(kernel, "_tracediff_kernel", False):
@@ -384,19 +386,6 @@ def _triton_arg_names(autotuner: Any) -> list[str]:
     arg_names = list((getattr(autotuner, "triton_meta", None) or {}).get("signature", {}).keys())
     mutated = set((getattr(autotuner, "inductor_meta", None) or {}).get("mutated_arg_names", ()))
     return [n if n not in mutated or n.startswith(_OUTPUT_PREFIXES) else f"in_out_{n}" for n in arg_names]
-
-
-class _SiteSources:
-    """`_site_source` of one graph's wrapper lines, each worked out once: every extern op of a call asks."""
-
-    def __init__(self, info: GraphKernels) -> None:
-        self.info = info
-        self._known: dict[int, SourceLocation | None] = {}
-
-    def __call__(self, line: int) -> SourceLocation | None:
-        if line not in self._known:
-            self._known[line] = _site_source(self.info, line)
-        return self._known[line]
 
 
 def _site_source(info: GraphKernels, line: int) -> SourceLocation | None:

@@ -33,8 +33,8 @@ from torch.utils._python_dispatch import (
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
 from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
-from tracediff.record.fingerprint import Scratch, fingerprint, has_data, is_zero_tensor
-from tracediff.record.functorch import outside_transforms
+from tracediff.record.fingerprint import PLAIN_TENSORS, Scratch, fingerprint, has_data, is_zero_tensor
+from tracediff.record.functorch import outside_transforms, transforms_involved
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
@@ -173,9 +173,6 @@ def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
 # _make_room): four times as many at most, a few MiB.
 HELD_RECORDS = 1024
 
-# Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 # Views' fingerprints kept at most (TraceRecorder._view_fingerprint).
 _VIEW_FINGERPRINTS = 4096
 
@@ -490,7 +487,7 @@ class TraceRecorder(TorchDispatchMode):
             # A plain tensor's statistics bypass every Python dispatch mode, this one included: each of the
             # dozen torch ops a fingerprint makes would otherwise come back through `__torch_dispatch__`
             # (about 3 us each on CPU). A subclass keeps its own dispatch, which knows how to read it.
-            bypass = torch._C._DisableTorchDispatch() if type(t) in _PLAIN_TENSORS else contextlib.nullcontext()
+            bypass = torch._C._DisableTorchDispatch() if type(t) in PLAIN_TENSORS else contextlib.nullcontext()
             with bypass:
                 if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
                     if self.device_fingerprints is None:
@@ -503,11 +500,7 @@ class TraceRecorder(TorchDispatchMode):
     def before_writes(self, tensors: list[torch.Tensor]) -> None:
         """Generated code is about to write `tensors`: launch the queued device fingerprints if it may write one."""
         if self.device_fingerprints is not None:
-            previous, self._internal = self._internal, True
-            try:
-                self.device_fingerprints.before_op(tensors)
-            finally:
-                self._internal = previous
+            self.call_quietly(self.device_fingerprints.before_op, (tensors,), {})
 
     def flush_fingerprints(self) -> None:
         """Launch the device fingerprints still queued: call it before anything writes a tensor."""
@@ -595,8 +588,7 @@ class TraceRecorder(TorchDispatchMode):
         named = list(named)
         previous, self._internal = self._internal, True
         try:
-            if torch._C._functorch.peek_interpreter_stack() is None and not any(
-                    _is_functorch_wrapped(t) for _, t in named):  # no transform here: the common case, inlined
+            if not transforms_involved(t for _, t in named):  # the common case, without the context manager
                 return [self._describe(name, t, written=written) for name, t in named]
             described = []
             with outside_transforms(named) as plain:
