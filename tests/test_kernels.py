@@ -13,9 +13,11 @@ import pytest
 
 from tests.conftest import FIXTURES, invoke, marker_line
 from tracediff.record.kernels import (
+    _triton_arg_names,
     build_graph_kernels,
     call_sites,
     cpp_kernel_params,
+    is_written_argument,
     nonfinite_constant_nodes,
     parse_post_grad_graph,
 )
@@ -81,6 +83,18 @@ def test_call_sites_map_wrapper_lines_to_handles() -> None:
 
 def test_cpp_kernel_parameters_tell_inputs_from_outputs() -> None:
     assert cpp_kernel_params(WRAPPER) == {"cpp_fused_cos_mul_sin_0": ["in_out_ptr0", "in_ptr0"]}
+
+
+def test_a_triton_argument_inductor_lists_as_mutated_is_read_as_written() -> None:
+    """A user-written Triton kernel inductor calls names its arguments freely (`y_ptr`): one it mutates is renamed
+    `in_out_y_ptr` and counts as written, so the launch reads it after the kernel and launches the fingerprint
+    queue before it, where its memory is queued. Before, only `in_out_ptr*` did."""
+    autotuner = SimpleNamespace(
+        triton_meta={"signature": {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "in_out_ptr0": "*fp32", "out_ptr0": "*fp32"}},
+        inductor_meta={"mutated_arg_names": ["y_ptr", "in_out_ptr0"]})
+    names = _triton_arg_names(autotuner)
+    assert names == ["x_ptr", "in_out_y_ptr", "n", "in_out_ptr0", "out_ptr0"]
+    assert [n for n in names if is_written_argument(n)] == ["in_out_y_ptr", "in_out_ptr0", "out_ptr0"]
 
 
 # -- end to end: one inductor compile each, shared through run_fixture -----------------------

@@ -55,8 +55,14 @@ _NONFINITE_LITERAL = re.compile(r"(?<![\w.'\"])-?(?:inf|nan)(?![\w.'\"])")
 # inductor's provenance globals; any non-zero id turns its mapping on.
 _BACKWARD_GRAPH_ID = 1
 
-# Argument names of generated kernels that the kernel writes.
-_OUTPUT_PREFIXES = ("out_ptr", "in_out_ptr")
+# Argument names of generated kernels that the kernel writes: inductor's `out_ptr0`, `in_out_ptr0`, and any
+# argument it lists as mutated, renamed `in_out_<name>` (`_triton_arg_names`).
+_OUTPUT_PREFIXES = ("out_ptr", "in_out_")
+
+
+def is_written_argument(name: str) -> bool:
+    """Whether a generated kernel's argument of this (recorded) name is one the kernel writes."""
+    return name.startswith(_OUTPUT_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -359,7 +365,7 @@ class KernelCapture:
         tensors = [(n, a) for n, a in named if isinstance(a, torch.Tensor)]
         recorder.link_kernel_buffers(a for _, a in tensors)
         inputs = recorder.describe_tensors([(n, a) for n, a in tensors if not n.startswith("out_ptr")])
-        written = [(n, a) for n, a in tensors if n.startswith(_OUTPUT_PREFIXES)]
+        written = [(n, a) for n, a in tensors if is_written_argument(n)]
         recorder.before_writes([a for _, a in written])  # it may write what is queued (a reused buffer, an in-place argument)
         # A first Triton launch autotunes: its benchmark ops are not the program's.
         result = recorder.call_quietly(kernel, args, kwargs)
@@ -385,7 +391,7 @@ def _triton_arg_names(autotuner: Any) -> list[str]:
     named them otherwise), so the launch's record reads them after it."""
     arg_names = list((getattr(autotuner, "triton_meta", None) or {}).get("signature", {}).keys())
     mutated = set((getattr(autotuner, "inductor_meta", None) or {}).get("mutated_arg_names", ()))
-    return [n if n not in mutated or n.startswith(_OUTPUT_PREFIXES) else f"in_out_{n}" for n in arg_names]
+    return [n if n not in mutated or is_written_argument(n) else f"in_out_{n}" for n in arg_names]
 
 
 def _site_source(info: GraphKernels, line: int) -> SourceLocation | None:
