@@ -262,6 +262,37 @@ def test_one_launch_for_many_tensors_gives_the_same_bits_as_one_launch_each(dtyp
     assert torch.equal(alone, together)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("make", [
+    lambda dtype: torch.randn(50257, 768, device="cuda").to(dtype).t(),  # GPT-2's tied lm_head weight, as inductor reads it
+    lambda dtype: torch.randn(8, 512, 12, 64, device="cuda").to(dtype).permute(0, 2, 1, 3),  # attention heads
+    lambda dtype: torch.randn(8, 512, 2304, device="cuda").to(dtype)[:, :, 768:1536],  # k of a fused projection
+    lambda dtype: torch.randn(64, 1, 4099, device="cuda").to(dtype).expand(64, 5, 4099),  # stride 0
+])
+def test_a_strided_view_read_in_place_gives_the_bits_of_its_contiguous_copy(make, dtype) -> None:
+    """The kernel reads a large strided view by its layout, in logical order: the partials are those of a
+    launch on its contiguous copy, bit for bit (traces compare the same either way), and reading it takes no
+    device memory beyond the batch buffer."""
+    from tracediff.record import fingerprint_kernel
+    from tracediff.record.device_fingerprints import _STATS, PROGRAMS, strided_layout
+
+    t = make(dtype)
+    layout = strided_layout(t.shape, t.stride())
+    assert layout is not None and not t.is_contiguous()
+    launcher = fingerprint_kernel.Launcher()
+    out = torch.zeros((2, PROGRAMS, _STATS), dtype=torch.float64, device="cuda")
+    launcher(t, out, 0, layout=layout)  # compiles
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    launcher(t, out, 0, layout=layout)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() == before
+    launcher(t.contiguous(), out, 1)
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], out[1])
+
+
 def test_the_queue_waits_through_writes_elsewhere_and_launches_before_a_write_to_a_queued_tensor() -> None:
     """A write to other memory (a generated kernel's fresh output) leaves the queue waiting, so one launch
     serves several kernels; a write to a queued tensor's memory (a buffer inductor reuses, through another

@@ -82,6 +82,7 @@ class _DeferredTorchLauncher:
 
     def __init__(self) -> None:
         self.launches: list[int] = []  # tensors per `many` launch
+        self.layouts: list[Any] = []  # the layout of each launch of one tensor (None: flat memory)
 
     def stream(self, device: int) -> int:
         return 0
@@ -89,7 +90,13 @@ class _DeferredTorchLauncher:
     def takes_many(self, out: torch.Tensor) -> bool:
         return True
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int, stream: int | None = None) -> None:
+    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int, stream: int | None = None,
+                 layout: Any = None) -> None:
+        self.layouts.append(layout)
+        if layout is not None:  # read by the layout, as the kernel does
+            assert not x.is_contiguous()
+            (s1, s2, s3), strides = layout
+            x = torch.as_strided(x, (x.numel() // (s1 * s2 * s3), s1, s2, s3), strides, x.storage_offset())
         _torch_partials(x.reshape(-1), out[row])
 
     def many(self, xs: list[torch.Tensor], rows: list[int], out: torch.Tensor, stream: int) -> None:
@@ -102,8 +109,7 @@ def _queueing(device: DeviceFingerprints, monkeypatch: pytest.MonkeyPatch) -> _D
     """`device` with its float tensors queued for `_DeferredTorchLauncher`, as CUDA tensors are for Triton."""
     launcher = _DeferredTorchLauncher()
     device._launch = launcher  # type: ignore[assignment]
-    monkeypatch.setattr(device_fingerprints, "_kernel_input",
-                        lambda t: t.contiguous() if t.dtype in device_fingerprints._KERNEL_DTYPES else None)
+    monkeypatch.setattr(device_fingerprints, "_kernel_reads", lambda t: t.dtype in device_fingerprints._KERNEL_DTYPES)
     return launcher
 
 
@@ -194,6 +200,48 @@ def test_the_queue_takes_a_tensor_it_cannot_place_in_memory_as_sharing_it() -> N
     assert queue.overlaps(queued[2:]) and not queue.overlaps(torch.randn(8))
     assert queue.overlaps(torch.randn(8).to_sparse())
     assert queue.overlaps(torch.randn(8).as_subclass(Wrapped))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(7, 5).t(),  # a transposed weight
+    lambda: torch.randn(2, 6, 5, 3).permute(0, 2, 1, 3),  # attention heads
+    lambda: torch.randn(4, 9, 12)[:, :, 4:8],  # a split of a fused projection
+    lambda: torch.randn(3, 1, 5).expand(3, 4, 5),  # a broadcast: stride 0
+    lambda: torch.randn(2, 1, 3, 4, 5)[:, :, :, :, 1:4],  # size 1 dropped, then neighbours merged
+    lambda: torch.randn(4, 6, 10)[1:3, ::2, 3:],
+    lambda: torch.randn(2, 3, 4, 5, 6).permute(4, 3, 2, 1, 0),  # five dimensions that no merge reduces
+])
+def test_the_strided_layout_reads_a_view_in_logical_order(make) -> None:
+    """The Triton kernel reads a large strided view in place through `strided_layout`: index i of the
+    fingerprint is element (i // (s1 s2 s3), i // (s2 s3) % s1, i // s3 % s2, i % s3) of a 4-d tensor with
+    strides t0..t3 from the view's first element, which must be the view's i-th element in logical order
+    (what its contiguous copy holds), or the fingerprint would change meaning."""
+    t = make()
+    layout = device_fingerprints.strided_layout(t.shape, t.stride())
+    if t.dim() == 5 and t.stride()[-1] != 1 and t.shape[1] != 1:
+        assert layout is None  # the kernel takes at most four: a contiguous copy is read instead
+        return
+    assert layout is not None
+    (s1, s2, s3), strides = layout
+    as_read = torch.as_strided(t, (t.numel() // (s1 * s2 * s3), s1, s2, s3), strides, t.storage_offset())
+    assert torch.equal(as_read.reshape(-1), t.reshape(-1))
+
+
+def test_a_large_strided_view_is_read_in_place_and_a_small_one_copied_and_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strided view of STRIDED_READ_BYTES or more (inductor's `reinterpret_tensor` of a tied embedding, 147 MiB
+    for GPT-2's lm_head) goes to a launch of its own with its layout, without a contiguous copy; a smaller one
+    is copied and waits in the queue. Either way its fingerprint is its value's."""
+    device = DeviceFingerprints(batch=64, programs=4)
+    launcher = _queueing(device, monkeypatch)
+    large = torch.randn(512, device_fingerprints.STRIDED_READ_BYTES // 4 // 512 + 1).t()
+    small = torch.randn(40, 30).t()
+    placeholders = [device.submit(large), device.submit(small)]
+    assert launcher.layouts == [device_fingerprints.strided_layout(large.shape, large.stride())]
+    assert launcher.launches == []  # `small`'s copy is queued
+    device.finish()
+    assert launcher.launches == [1] and launcher.layouts[0] is not None
+    for t, fp in zip([large, small], placeholders):
+        assert _close(fp, fingerprint(t)) and fp["sk"] == pytest.approx(fingerprint(t)["sk"], rel=1e-5, abs=1e-4)
 
 
 def _program(x: torch.Tensor, fail: bool = False) -> torch.Tensor:

@@ -26,13 +26,17 @@ with the tensors each op or generated kernel writes, which flushes the queue
 where one shares memory with a queued tensor, and `flush()` before any storage
 re-allocation; the queue is also flushed when it holds eight tensors or
 QUEUE_BYTES, when a tensor of another dtype or stream comes, and when the
-batch is sealed. Either way a tensor's fingerprint is the same bits.
+batch is sealed. Either way a tensor's fingerprint is the same bits. A strided
+view goes to the queue as a contiguous copy, or, from STRIDED_READ_BYTES up, to
+a launch of its own that reads it in place (no copy: inductor reads GPT-2's
+tied 147 MiB embedding transposed on every call).
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +46,7 @@ from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, e
 from tracediff.trace.schema import Fingerprint
 
 if TYPE_CHECKING:  # importing it needs Triton
-    from tracediff.record.fingerprint_kernel import Launcher
+    from tracediff.record.fingerprint_kernel import Launcher, Layout
 
 # Fingerprints per batch (one device buffer, one host read) and batches read at most
 # this late: bounds the records held back in memory, and how often the CPU waits.
@@ -126,16 +130,54 @@ _KERNEL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _KERNEL_MAX_ELEMENTS = 2**31 - 2**24
 
 
-def _kernel_input(t: torch.Tensor) -> torch.Tensor | None:
-    """What the Triton kernel reads for `t`: `t` itself where it is flat memory, its contiguous copy where it
-    is a strided view (one copy costs the host less than the torch ops' path), or None where the kernel
-    cannot read it. The kernel reads memory by address: a wrapper subclass's (a functional collective's
-    AsyncCollectiveTensor, still in flight) is not its data, so such tensors, and any other it cannot read,
-    go through torch's ops (after `as_real`)."""
-    if not (t.is_cuda and type(t) in PLAIN_TENSORS and t.dtype in _KERNEL_DTYPES
-            and not t.is_neg() and t.numel() < _KERNEL_MAX_ELEMENTS):
+# A strided view at least this large is read in place by a launch of its own; a smaller one is copied and queued
+# (one launch for several). The copy would cost its size in device memory, and as much again in device time.
+STRIDED_READ_BYTES = 1 << 20
+
+
+def strided_layout(shape: Sequence[int], strides: Sequence[int]) -> Layout | None:
+    """The layout the kernel reads a strided tensor by: its dimensions with neighbours that are one run of
+    memory merged and those of size 1 dropped, as the sizes of the last three and the strides of all four
+    (padded in front with size 1). None past four dimensions."""
+    sizes: list[int] = []
+    steps: list[int] = []
+    for size, stride in zip(shape, strides):
+        if size == 1:
+            continue
+        if sizes and steps[-1] == size * stride:  # the previous dimension continues this one
+            sizes[-1] *= size
+            steps[-1] = stride
+        else:
+            sizes.append(size)
+            steps.append(stride)
+    if len(sizes) > 4:
         return None
-    return t if t.is_contiguous() else t.contiguous()
+    padding = 4 - len(sizes)
+    sizes = [1] * padding + sizes
+    steps = [0] * padding + steps
+    return (sizes[1], sizes[2], sizes[3]), (steps[0], steps[1], steps[2], steps[3])
+
+
+def _kernel_reads(t: torch.Tensor) -> bool:
+    return (t.is_cuda and type(t) in PLAIN_TENSORS and t.dtype in _KERNEL_DTYPES and not t.is_neg()
+            and t.numel() < _KERNEL_MAX_ELEMENTS)
+
+
+def _kernel_input(t: torch.Tensor) -> tuple[torch.Tensor, Layout | None] | None:
+    """What the Triton kernel reads for `t`, and the layout it reads it by: `t` itself where it is flat memory
+    (no layout), or a large strided view (its layout); a smaller strided view's contiguous copy (one copy costs
+    the host less than the torch ops' path); or None where the kernel cannot read it. The kernel reads memory
+    by address: a wrapper subclass's (a functional collective's AsyncCollectiveTensor, still in flight) is not
+    its data, so such tensors, and any other it cannot read, go through torch's ops (after `as_real`)."""
+    if not _kernel_reads(t):
+        return None
+    if t.is_contiguous():
+        return t, None
+    if t.numel() * t.element_size() >= STRIDED_READ_BYTES:
+        layout = strided_layout(t.shape, t.stride())
+        if layout is not None:
+            return t, layout
+    return t.contiguous(), None
 
 
 def _current_waits_for(device: int, stream: int) -> None:
@@ -184,7 +226,7 @@ class DeviceFingerprints:
         stream; the returned dict is filled when the batch is read (an empty tensor's at once)."""
         readable = _kernel_input(t) if self._launch is not None else None
         kernel = readable is not None
-        x = readable if readable is not None else as_real(t)
+        x, layout = readable if readable is not None else (as_real(t), None)
         n = x.numel()
         if n == 0:
             return empty_fingerprint()
@@ -202,10 +244,10 @@ class DeviceFingerprints:
         if kernel:
             assert self._launch is not None
             nbytes = n * x.element_size()
-            if nbytes <= QUEUE_BYTES and self._launch.takes_many(self._partials):
+            if layout is None and nbytes <= QUEUE_BYTES and self._launch.takes_many(self._partials):
                 self._enqueue(x, slot, nbytes, device, stream)
             else:
-                self._launch(x, self._partials, slot, stream)
+                self._launch(x, self._partials, slot, stream, layout)
         else:
             with torch.no_grad():
                 _torch_partials(x.reshape(-1), self._partials[slot])

@@ -28,6 +28,10 @@ import triton.language as tl
 
 from tracediff.record.fingerprint import SKETCH_PERIOD, SKETCH_WIDTH
 
+# A tensor's layout as the kernel reads it in place: the sizes of its last three dimensions and the strides of
+# its four, in elements (device_fingerprints.strided_layout).
+Layout = tuple[tuple[int, int, int], tuple[int, int, int, int]]
+
 # Lanes per program. The flat tensor is read as rows of SKETCH_PERIOD elements (the sketch's signs repeat
 # with that period): a program owns BLOCK columns of a range of rows, so each lane always sees the same
 # position modulo the period and keeps one sum for the sketch, signed once at the end, instead of
@@ -38,9 +42,13 @@ STATS = 6 + SKETCH_WIDTH
 
 
 @triton.jit
-def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, BLOCK: tl.constexpr,
-                      PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr, STATS: tl.constexpr):
+def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, s1, s2, s3, t0, t1, t2, t3,
+                      STRIDED: tl.constexpr, BLOCK: tl.constexpr, PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr,
+                      WIDTH: tl.constexpr, STATS: tl.constexpr):
     # Program `program`'s partial statistics of the `n` elements at `x_ptr`, into partial row `first + program`.
+    # STRIDED: the elements are those of a [n / (s1 s2 s3), s1, s2, s3] tensor with strides t0..t3 (in
+    # elements), in logical order: each lane sees the values a contiguous copy would give it, in the same order,
+    # so the partials are the same bits.
     columns = (program % COLUMN_BLOCKS) * BLOCK + tl.arange(0, BLOCK)
     in_period = columns < PERIOD
     first_row = (program // COLUMN_BLOCKS) * rows_per_program
@@ -52,7 +60,17 @@ def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, BLOCK
     infs = tl.zeros([BLOCK], dtype=tl.float64)
     for row in range(first_row, first_row + rows_per_program):
         index = row.to(tl.int64) * PERIOD + columns  # type: ignore[attr-defined]  # row: a Triton scalar
-        raw = tl.load(x_ptr + index, mask=in_period & (index < n), other=0.0).to(tl.float64)
+        if STRIDED:
+            flat = index.to(tl.int32)  # below 2**31 (_KERNEL_MAX_ELEMENTS): cheaper division
+            i3 = flat % s3
+            rest = flat // s3
+            i2 = rest % s2
+            rest = rest // s2
+            address = ((rest // s1).to(tl.int64) * t0 + (rest % s1).to(tl.int64) * t1 + i2.to(tl.int64) * t2
+                       + i3.to(tl.int64) * t3)
+        else:
+            address = index
+        raw = tl.load(x_ptr + address, mask=in_period & (index < n), other=0.0).to(tl.float64)
         is_nan = raw != raw
         nonfinite = raw * 0.0 != 0.0  # NaN or +-Inf
         is_inf = nonfinite & (raw == raw)
@@ -81,11 +99,12 @@ def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, BLOCK
     tl.store(base + 6 + tl.arange(0, WIDTH), tl.sum(sk, 0))
 
 
-@triton.jit(do_not_specialize=["rows_per_program", "first"])
-def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, BLOCK: tl.constexpr, PERIOD: tl.constexpr,
-                   COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr, STATS: tl.constexpr):
-    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, BLOCK, PERIOD, COLUMN_BLOCKS,
-                      WIDTH, STATS)
+@triton.jit(do_not_specialize=["rows_per_program", "first", "s1", "s2", "s3", "t0", "t1", "t2", "t3"])
+def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, s1, s2, s3, t0, t1, t2, t3, STRIDED: tl.constexpr,
+                   BLOCK: tl.constexpr, PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr,
+                   STATS: tl.constexpr):
+    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, s1, s2, s3, t0, t1, t2, t3,
+                      STRIDED, BLOCK, PERIOD, COLUMN_BLOCKS, WIDTH, STATS)
 
 
 @triton.jit
@@ -122,8 +141,8 @@ def _partial_stats_many(out_ptr, a0, a1, a2, a3, a4, a5, a6, a7, n0, n1, n2, n3,
     groups = tl.minimum(rows, ROW_CAPACITY // COLUMN_BLOCKS)
     rows_per_program = (rows + groups - 1) // groups
     first = _pick(slot, r0, r1, r2, r3, r4, r5, r6, r7) * ROW_CAPACITY
-    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, BLOCK, PERIOD, COLUMN_BLOCKS,
-                      WIDTH, STATS)
+    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, 1, 1, 1, 0, 0, 0, 0, False, BLOCK,
+                      PERIOD, COLUMN_BLOCKS, WIDTH, STATS)
 
 
 def _launch_hooks_active() -> bool:
@@ -208,9 +227,12 @@ class Launcher:
             self._get_stream = triton.runtime.driver.active.get_current_stream
         return self._get_stream(device)
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int, stream: int | None = None) -> None:
-        """Partial statistics of flat contiguous floating-point `x` (float32, float64, bfloat16, float16) into `out[row]`
-        ([batch, programs, STATS], zeros), on `stream` (a raw handle; default: the current stream)."""
+    def __call__(self, x: torch.Tensor, out: torch.Tensor, row: int, stream: int | None = None,
+                 layout: Layout | None = None) -> None:
+        """Partial statistics of floating-point `x` (float32, float64, bfloat16, float16) into `out[row]`
+        ([batch, programs, STATS], zeros), on `stream` (a raw handle; default: the current stream). `x` is flat
+        contiguous memory, or, given its `layout` (device_fingerprints.strided_layout), any tensor of that
+        layout, read in place in logical order: the same partials as its contiguous copy."""
         n = x.numel()
         rows = -(-n // SKETCH_PERIOD)
         row_capacity = out.shape[1]
@@ -222,13 +244,16 @@ class Launcher:
         rows_per_program = -(-rows // row_groups)
         programs = column_blocks * -(-rows // rows_per_program)  # rows of `out` left out stay zero
         first = row * row_capacity  # index of the row's first partial in the buffer
-        # What Triton specializes a compiled kernel on: pointer alignment, n's divisibility and n == 1.
-        key = (x.dtype, x.data_ptr() % 16 == 0, n % 16 == 0, n == 1, block)
+        sizes, strides = layout if layout is not None else ((1, 1, 1), (0, 0, 0, 0))
+        # What Triton specializes a compiled kernel on: pointer alignment, n's divisibility and n == 1, and the
+        # strides' integer width (an argument past int32 is passed as int64).
+        key = (x.dtype, x.data_ptr() % 16 == 0, n % 16 == 0, n == 1, block, layout is not None,
+               max(strides) >= 2**31)
         if stream is None:
             stream = self.stream(x.get_device())
-        self._one(key, (programs, 1), stream, (x, n, rows_per_program, out, first),
-                  (("BLOCK", block), ("PERIOD", SKETCH_PERIOD), ("COLUMN_BLOCKS", column_blocks),
-                   ("WIDTH", SKETCH_WIDTH), ("STATS", STATS)))
+        self._one(key, (programs, 1), stream, (x, n, rows_per_program, out, first, *sizes, *strides),
+                  (("STRIDED", layout is not None), ("BLOCK", block), ("PERIOD", SKETCH_PERIOD),
+                   ("COLUMN_BLOCKS", column_blocks), ("WIDTH", SKETCH_WIDTH), ("STATS", STATS)))
 
     def takes_many(self, out: torch.Tensor) -> bool:
         """Whether `many` can write into `out`: it splits tensors with the default block only."""
