@@ -229,3 +229,33 @@ def test_a_custom_backend_around_compile_fx_gives_kernels_module_paths(tmp_path:
     _, records = read_trace(trace)
     fused = [f for r in records if r["t"] == "kernel" for f in r["fuses"]]
     assert {f["m"] for f in fused if f["op"] == "aten::rsqrt"} == {"Block.norm"}
+
+
+_IMPORTS_INDUCTOR = """
+import sys, torch
+from tracediff.record.backends import resolve_backend
+from tracediff.record.session import RecordingSession
+with RecordingSession(sys.argv[1], backend=resolve_backend(sys.argv[2])) as session:
+    torch.compile(lambda x: torch.sin(x) * 2)(torch.randn(8))
+print(session.kernels is not None, "torch._inductor.compile_fx" in sys.modules, session.redirect.compile_calls)
+"""
+
+
+@pytest.mark.parametrize(("backend", "expected"), [
+    ("eager", "False False 1"),
+    ("aot_eager", "False False 1"),
+    ("tests.test_kernels:_backend_of_its_own", "True True 1"),  # a custom backend may call inductor itself
+])
+def test_inductors_compiler_is_imported_only_where_the_backend_may_run_it(tmp_path: Path, backend: str,
+                                                                          expected: str) -> None:
+    """Importing inductor's compiler (to capture its kernels) costs a recording a second or more: under a
+    backend that never reaches inductor it is neither imported nor hooked. A fresh interpreter, so that no
+    other test's import counts."""
+    result = subprocess.run([sys.executable, "-c", _IMPORTS_INDUCTOR, str(tmp_path / "t.jsonl"), backend],
+                            capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == expected
+
+
+def _backend_of_its_own(gm, example_inputs):  # noqa: ANN001, ANN202 - a torch.compile backend
+    return gm.forward

@@ -17,6 +17,8 @@ from tracediff.errors import UserError
 
 EAGER = "eager"
 DYNAMO = "dynamo"
+# Registered torch.compile backends that never call inductor: a recording under one need not import it.
+_WITHOUT_INDUCTOR = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner"})
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class Backend:
     @property
     def is_inductor(self) -> bool:
         return self.compile_backend == "inductor"
+
+    @property
+    def may_run_inductor(self) -> bool:
+        """Whether compiling with it may run inductor's generated code: not for no compilation or a backend
+        known to stop before inductor; a custom backend may call inductor itself."""
+        return self.compiles and not (isinstance(self.compile_backend, str) and self.compile_backend in _WITHOUT_INDUCTOR)
 
 
 def resolve_backend(name: str) -> Backend:

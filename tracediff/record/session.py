@@ -160,13 +160,16 @@ class RecordingSession:
             self.writer = TraceWriter(self.path, self._header())
             self.recorder = self.recorder_factory(self.writer, self.exact)
             self.redirect = CompileRedirect(self.backend, self.recorder, before_compile=self.before_compile)
-            self.kernels = KernelCapture(self.recorder)
+            # Importing inductor's compiler costs a second or more per recording: not where no compile can reach
+            # it (the compile redirect gives every torch.compile this backend).
+            self.kernels = KernelCapture(self.recorder) if self.backend is None or self.backend.may_run_inductor else None
             self.forks = ForkGuard(self.recorder, self.writer)
             stack.push(self._close_with_footer)
             stack.enter_context(self.forks)  # left before the footer: it counts the children
             stack.callback(self.recorder.finish)  # records held for device fingerprints, also when the script raised
             stack.enter_context(HostWaits(self.recorder.before_host_wait))  # left before `finish`
-            stack.enter_context(self.kernels)
+            if self.kernels is not None:
+                stack.enter_context(self.kernels)
             stack.enter_context(self._warnings)
             # Our module tracker's global hooks make torch warn about compiled modules;
             # compile_redirect handles OptimizedModule itself, so the warning is noise.
