@@ -32,7 +32,7 @@ for r in range(1, rounds + 1):
                 if isinstance(value, dict) and "median_ms" in value:
                     runs.setdefault((row["mode"], side, config), []).append(value["median_ms"])
                     print(f"round {r} {side:6s} {row['workload']} {row['mode']:8s} {config:9s} "
-                          f"{value['median_ms']:7.2f} ms (host {value.get('host_ms', 0):.1f})")
+                          f"{value['median_ms']:7.2f} ms (host {value.get('host_ms', 0):.1f}, peak {value.get('peak_gpu_mib', 0):.0f} MiB)")
 for mode in sorted({m for m, _, _ in runs}):
     plain = runs.get((mode, "after", "plain"))
     line = [f"{mode}: median over rounds"]
