@@ -1,22 +1,27 @@
-"""Host cost of recording one op, in parts: 3000 `torch.add`s on 16-element CPU tensors (so fingerprints
-cost their fixed part only), recorded whole, without fingerprints, without writing records, and
-without describing tensors. Medians of 7 rounds, microseconds per op.
+"""Host cost of recording one op, in parts: 3000 `torch.add`s (and 3000 `view`s) on 16-element tensors (so
+fingerprints cost their fixed part only), recorded whole, without fingerprints, without writing records, and
+without describing tensors, next to the same loop under a dispatch mode that does nothing but run each op (what
+any dispatch mode costs). Medians of 7 rounds, microseconds per op.
 
     python bench/op_host_cost.py
+    python bench/op_host_cost.py --device cuda   # device fingerprints; each round ends with a synchronize
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
@@ -24,20 +29,38 @@ from tracediff.record.mode import TraceRecorder  # noqa: E402
 OPS = 3000
 
 
+class _RunEachOp(TorchDispatchMode):
+    """The floor: a dispatch mode that only runs the op."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
 def main() -> int:
-    x, w = torch.randn(16), torch.randn(16)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    options = parser.parse_args()
+    device = options.device
+    x, w = torch.randn(16, device=device), torch.randn(16, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-ophost-")) / "t.jsonl"
 
-    def work() -> float:
+    def adds() -> float:
+        sync()
         start = time.perf_counter()
         y = x
         for _ in range(OPS):
             y = torch.add(y, w)
+        sync()
         return time.perf_counter() - start
 
-    def recorded() -> float:
-        with tracediff.record(trace):
-            return work()
+    def views() -> float:
+        sync()
+        start = time.perf_counter()
+        for _ in range(OPS):
+            x.view(4, 4)
+        sync()
+        return time.perf_counter() - start
 
     no_fingerprint = {"_fingerprint": lambda self, t: None}
     variants: dict[str, dict[str, Any]] = {
@@ -45,23 +68,34 @@ def main() -> int:
         "without fingerprints": no_fingerprint,
         "without writing records": {**no_fingerprint, "_write_op": lambda self, *a: None},
         "without describing tensors": {**no_fingerprint, "_write_op": lambda self, *a: None,
-                                       "_describe": lambda self, name, t, *a, **k: {}},
+                                       "_describe": lambda self, name, t, *a, **k: {"v": None}},
     }
     original = {name: getattr(TraceRecorder, name) for name in ("_fingerprint", "_write_op", "_describe")}
-    times: dict[str, list[float]] = {"plain": [], **{v: [] for v in variants}}
-    recorded()
-    for _ in range(7):
-        times["plain"].append(work())
-        for variant, patch in variants.items():
-            for name, value in patch.items():
-                setattr(TraceRecorder, name, value)
-            try:
-                times[variant].append(recorded())
-            finally:
-                for name, value in original.items():
-                    setattr(TraceRecorder, name, value)
-    for variant, samples in times.items():
-        print(f"{variant:28s} {statistics.median(samples) / OPS * 1e6:6.1f} us per op")
+    for name, work in (("add", adds), ("view", views)):
+        def recorded(work: Callable[[], float] = work) -> float:
+            with tracediff.record(trace):
+                return work()
+
+        def run_each_op(work: Callable[[], float] = work) -> float:
+            with _RunEachOp():
+                return work()
+
+        times: dict[str, list[float]] = {"plain": [], "a dispatch mode that runs each op": [], **{v: [] for v in variants}}
+        recorded()
+        for _ in range(7):
+            times["plain"].append(work())
+            times["a dispatch mode that runs each op"].append(run_each_op())
+            for variant, patch in variants.items():
+                for attribute, value in patch.items():
+                    setattr(TraceRecorder, attribute, value)
+                try:
+                    times[variant].append(recorded())
+                finally:
+                    for attribute, value in original.items():
+                        setattr(TraceRecorder, attribute, value)
+        print(f"{name} on {device}:")
+        for variant, samples in times.items():
+            print(f"  {variant:34s} {statistics.median(samples) / OPS * 1e6:6.1f} us per op")
     return 0
 
 
