@@ -69,10 +69,14 @@ _SCRATCH_OUTPUTS: dict[str, frozenset[str]] = {
 }
 
 
-def _is_fake_context(args: Iterable[Any]) -> bool:
+def _is_fake_context(tensor_args: list[tuple[str, torch.Tensor, bool, bool]]) -> bool:
+    """Whether the op runs on fake tensors (under a FakeTensorMode, or with a FakeTensor argument)."""
     if isinstance(_get_current_dispatch_mode(), FakeTensorMode):
         return True
-    return any(isinstance(a, FakeTensor) for a in args)
+    for _, t, _, _ in tensor_args:
+        if type(t) not in PLAIN_TENSORS and isinstance(t, FakeTensor):
+            return True
+    return False
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -111,6 +115,8 @@ class _OpInfo:
     # Returns views of its first argument (`slice`, `t`, `split`; `to` or `reshape` where they do not copy): torch
     # makes them views, sharing that argument's version counter, only once the op has returned through this mode.
     returns_views: bool = False
+    writes: bool = False  # some argument is written (in place, out=): only then can the op change a tensor it is given
+    skipped: bool = False  # an op of a namespace that is never the program's computation (_SKIPPED_NAMESPACES)
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
@@ -123,7 +129,8 @@ class _OpInfo:
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES,
                    _collective(func), takes_floats,
                    "always" if schema_name in _HOST_WAITS else "copy" if schema_name in _COPIES else None,
-                   returns_views=_returns_views(func._schema))
+                   returns_views=_returns_views(func._schema), writes=any(written for _, written, _ in arguments),
+                   skipped=func.namespace in _SKIPPED_NAMESPACES)
 
 
 def _returns_views(schema: Any) -> bool:
@@ -248,9 +255,13 @@ def _inductor_benchmarking() -> bool:
 
 
 def _has_nonfinite_scalar(args: tuple, kwargs: dict) -> bool:
-    for value in (*args, *kwargs.values()):
+    for value in args:
         if isinstance(value, float) and not math.isfinite(value):
             return True
+    if kwargs:
+        for value in kwargs.values():
+            if isinstance(value, float) and not math.isfinite(value):
+                return True
     return False
 
 
@@ -683,22 +694,22 @@ class TraceRecorder(TorchDispatchMode):
             _set_eval_frame(prior)
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if self._internal or func.namespace in _SKIPPED_NAMESPACES or _inductor_benchmarking():
+        info = None if self._internal else _op_info_of(func)
+        if info is None or info.skipped or _inductor_benchmarking():
             if self._report_child is not None:  # a forked child's first op
                 report, self._report_child = self._report_child, None
                 report()
             return func(*args, **kwargs)
-        info = _op_info_of(func)
         tensor_args = _tensor_arguments(info, args, kwargs)
-        if _is_fake_context(t for _, t, _, _ in tensor_args):
+        if _is_fake_context(tensor_args):
             return func(*args, **kwargs)
 
         self._internal = True
         try:
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
             # Tensors the op writes (in-place self, out= buffers), by Python id, with their versions before.
-            written = {id(t): _version(t) for _, t, w, _ in tensor_args if w}
-            if self.device_fingerprints is not None:
+            written = {id(t): _version(t) for _, t, w, _ in tensor_args if w} if info.writes else {}
+            if written and self.device_fingerprints is not None:  # a queued tensor can change only by a write
                 self.device_fingerprints.before_op([t for _, t, is_written, _ in tensor_args if is_written])
             if info.host_wait is not None and self._held and _waits_for_device(info, args, kwargs):
                 self.write_held()  # the host is about to wait for the device: its time is free
@@ -717,11 +728,11 @@ class TraceRecorder(TorchDispatchMode):
                 source = tensor_args[0][1]
                 owner, storage = self._storage(source, self._entry(source))
                 self._entry(result)[4] = (weakref.ref(source if owner is None else owner), storage)
-            same_as = self._layout_view_fingerprint(info, inputs)
+            same_as = self._layout_view_fingerprint(info, inputs) if info.layout_view else None
             returned = _output_tensors(result)
             if info.collective == "wait":
                 self._in_flight.difference_update(self._entry(t)[0] for _, t in returned)
-            if info.collective in ("work", "functional"):
+            if info.collective is not None and info.collective != "wait":
                 outputs = self._pending_collective_outputs(info, returned, {id(t) for _, t, _, _ in tensor_args})
             elif info.returns_views and not info.reorders and tensor_args and inputs[0]["v"] is not None:
                 # Not a transpose: its statistics come without their sketch (`same_as`), which its first read
