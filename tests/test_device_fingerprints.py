@@ -228,9 +228,10 @@ def test_the_strided_layout_reads_a_view_in_logical_order(make) -> None:
 
 
 def test_a_large_strided_view_is_read_in_place_and_a_small_one_copied_and_queued(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A strided view of STRIDED_READ_BYTES or more (inductor's `reinterpret_tensor` of a tied embedding, 147 MiB
-    for GPT-2's lm_head) goes to a launch of its own with its layout, without a contiguous copy; a smaller one
-    is copied and waits in the queue. Either way its fingerprint is its value's."""
+    """A strided view past STRIDED_READ_BYTES (inductor's `reinterpret_tensor` of a tied embedding, 147 MiB for
+    GPT-2's lm_head) goes to a launch of its own with its layout, without a contiguous copy; a smaller one is
+    copied and waits in the queue. Either way its fingerprint is its value's."""
+    monkeypatch.setattr(device_fingerprints, "STRIDED_READ_BYTES", 1 << 20)  # 64 MiB as shipped: a smaller test
     device = DeviceFingerprints(batch=64, programs=4)
     launcher = _queueing(device, monkeypatch)
     large = torch.randn(512, device_fingerprints.STRIDED_READ_BYTES // 4 // 512 + 1).t()

@@ -27,9 +27,9 @@ where one shares memory with a queued tensor, and `flush()` before any storage
 re-allocation; the queue is also flushed when it holds eight tensors or
 QUEUE_BYTES, when a tensor of another dtype or stream comes, and when the
 batch is sealed. Either way a tensor's fingerprint is the same bits. A strided
-view goes to the queue as a contiguous copy, or, from STRIDED_READ_BYTES up, to
-a launch of its own that reads it in place (no copy: inductor reads GPT-2's
-tied 147 MiB embedding transposed on every call).
+view goes to the queue as a contiguous copy, or, past STRIDED_READ_BYTES, to a
+launch of its own that reads it in place (no copy: inductor reads GPT-2's tied
+147 MiB embedding transposed on every call).
 """
 
 from __future__ import annotations
@@ -130,9 +130,11 @@ _KERNEL_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _KERNEL_MAX_ELEMENTS = 2**31 - 2**24
 
 
-# A strided view at least this large is read in place by a launch of its own; a smaller one is copied and queued
-# (one launch for several). The copy would cost its size in device memory, and as much again in device time.
-STRIDED_READ_BYTES = 1 << 20
+# A strided view larger than this is read in place by a launch of its own, where its copy would cost its size in
+# device memory (GPT-2's tied embedding, read transposed by inductor's lm_head: 147 MiB); a smaller one is copied
+# and queued, one launch for several (a launch costs the host more than a copy: eager GPT-2 reads about forty
+# strided 12 MiB views per call).
+STRIDED_READ_BYTES = QUEUE_BYTES
 
 
 def strided_layout(shape: Sequence[int], strides: Sequence[int]) -> Layout | None:
@@ -165,15 +167,15 @@ def _kernel_reads(t: torch.Tensor) -> bool:
 
 def _kernel_input(t: torch.Tensor) -> tuple[torch.Tensor, Layout | None] | None:
     """What the Triton kernel reads for `t`, and the layout it reads it by: `t` itself where it is flat memory
-    (no layout), or a large strided view (its layout); a smaller strided view's contiguous copy (one copy costs
-    the host less than the torch ops' path); or None where the kernel cannot read it. The kernel reads memory
+    (no layout), or a strided view past STRIDED_READ_BYTES (its layout); a smaller strided view's contiguous copy
+    (one copy costs the host less than the torch ops' path); or None where the kernel cannot read it. The kernel reads memory
     by address: a wrapper subclass's (a functional collective's AsyncCollectiveTensor, still in flight) is not
     its data, so such tensors, and any other it cannot read, go through torch's ops (after `as_real`)."""
     if not _kernel_reads(t):
         return None
     if t.is_contiguous():
         return t, None
-    if t.numel() * t.element_size() >= STRIDED_READ_BYTES:
+    if t.numel() * t.element_size() > STRIDED_READ_BYTES:
         layout = strided_layout(t.shape, t.stride())
         if layout is not None:
             return t, layout
