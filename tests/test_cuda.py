@@ -268,11 +268,13 @@ def test_one_launch_for_many_tensors_gives_the_same_bits_as_one_launch_each(dtyp
     lambda dtype: torch.randn(8, 512, 12, 64, device="cuda").to(dtype).permute(0, 2, 1, 3),  # attention heads
     lambda dtype: torch.randn(8, 512, 2304, device="cuda").to(dtype)[:, :, 768:1536],  # k of a fused projection
     lambda dtype: torch.randn(64, 1, 4099, device="cuda").to(dtype).expand(64, 5, 4099),  # stride 0
+    lambda dtype: torch.randn(3 * 100003, device="cuda").to(dtype)[1::3],  # one dimension, unaligned
 ])
 def test_a_strided_view_read_in_place_gives_the_bits_of_its_contiguous_copy(make, dtype) -> None:
-    """The kernel reads a large strided view by its layout, in logical order: the partials are those of a
-    launch on its contiguous copy, bit for bit (traces compare the same either way), and reading it takes no
-    device memory beyond the batch buffer."""
+    """The kernel reads a large strided view by its layout, in logical order (one to four dimensions after
+    merging, each read with only the divisions it needs): the partials are those of a launch on its contiguous
+    copy, bit for bit (traces compare the same either way), and reading it takes no device memory beyond the
+    batch buffer."""
     from tracediff.record import fingerprint_kernel
     from tracediff.record.device_fingerprints import _STATS, PROGRAMS, strided_layout
 

@@ -43,12 +43,15 @@ STATS = 6 + SKETCH_WIDTH
 
 @triton.jit
 def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, s1, s2, s3, t0, t1, t2, t3,
-                      STRIDED: tl.constexpr, BLOCK: tl.constexpr, PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr,
+                      DIMS: tl.constexpr, BLOCK: tl.constexpr, PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr,
                       WIDTH: tl.constexpr, STATS: tl.constexpr):
     # Program `program`'s partial statistics of the `n` elements at `x_ptr`, into partial row `first + program`.
-    # STRIDED: the elements are those of a [n / (s1 s2 s3), s1, s2, s3] tensor with strides t0..t3 (in
-    # elements), in logical order: each lane sees the values a contiguous copy would give it, in the same order,
-    # so the partials are the same bits.
+    # DIMS 0: flat memory. Else the elements are those of a [n / (s1 s2 s3), s1, s2, s3] tensor with strides t0..t3
+    # (in elements), of which the last DIMS dimensions are more than padding, in logical order: each lane sees the
+    # values a contiguous copy would give it, in the same order, so the partials are the same bits. An index's
+    # divisions cost more than its load, so each DIMS does only those it needs, and two dimensions (a transpose, a
+    # slice: the large views) none past the first row: a lane's next row is PERIOD elements on, a fixed step of
+    # its row and column in the view.
     columns = (program % COLUMN_BLOCKS) * BLOCK + tl.arange(0, BLOCK)
     in_period = columns < PERIOD
     first_row = (program // COLUMN_BLOCKS) * rows_per_program
@@ -58,18 +61,32 @@ def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, s1, s
     largest = tl.zeros([BLOCK], dtype=tl.float64)
     nans = tl.zeros([BLOCK], dtype=tl.float64)
     infs = tl.zeros([BLOCK], dtype=tl.float64)
+    # DIMS 2: the lane's (row, column) in the view, advanced by (PERIOD // s3, PERIOD % s3) with a carry.
+    start = (first_row * PERIOD + columns).to(tl.int32)
+    view_row = start // s3
+    view_column = start % s3
     for row in range(first_row, first_row + rows_per_program):
         index = row.to(tl.int64) * PERIOD + columns  # type: ignore[attr-defined]  # row: a Triton scalar
-        if STRIDED:
-            flat = index.to(tl.int32)  # below 2**31 (_KERNEL_MAX_ELEMENTS): cheaper division
-            i3 = flat % s3
-            rest = flat // s3
-            i2 = rest % s2
-            rest = rest // s2
-            address = ((rest // s1).to(tl.int64) * t0 + (rest % s1).to(tl.int64) * t1 + i2.to(tl.int64) * t2
-                       + i3.to(tl.int64) * t3)
-        else:
+        flat = index.to(tl.int32)  # below 2**31 (_KERNEL_MAX_ELEMENTS): cheaper division
+        if DIMS == 0:
             address = index
+        elif DIMS == 1:
+            address = index * t3
+        elif DIMS == 2:
+            address = view_row.to(tl.int64) * t2 + view_column.to(tl.int64) * t3
+            view_column += PERIOD % s3
+            carry = view_column >= s3
+            view_column = tl.where(carry, view_column - s3, view_column)
+            view_row += PERIOD // s3 + carry.to(tl.int32)
+        elif DIMS == 3:
+            rest = flat // s3
+            address = ((rest // s2).to(tl.int64) * t1 + (rest % s2).to(tl.int64) * t2
+                       + (flat % s3).to(tl.int64) * t3)
+        else:
+            rest = flat // s3
+            outer = rest // s2
+            address = ((outer // s1).to(tl.int64) * t0 + (outer % s1).to(tl.int64) * t1
+                       + (rest % s2).to(tl.int64) * t2 + (flat % s3).to(tl.int64) * t3)
         raw = tl.load(x_ptr + address, mask=in_period & (index < n), other=0.0).to(tl.float64)
         is_nan = raw != raw
         nonfinite = raw * 0.0 != 0.0  # NaN or +-Inf
@@ -100,11 +117,11 @@ def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, s1, s
 
 
 @triton.jit(do_not_specialize=["rows_per_program", "first", "s1", "s2", "s3", "t0", "t1", "t2", "t3"])
-def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, s1, s2, s3, t0, t1, t2, t3, STRIDED: tl.constexpr,
+def _partial_stats(x_ptr, n, rows_per_program, out_ptr, first, s1, s2, s3, t0, t1, t2, t3, DIMS: tl.constexpr,
                    BLOCK: tl.constexpr, PERIOD: tl.constexpr, COLUMN_BLOCKS: tl.constexpr, WIDTH: tl.constexpr,
                    STATS: tl.constexpr):
     _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, s1, s2, s3, t0, t1, t2, t3,
-                      STRIDED, BLOCK, PERIOD, COLUMN_BLOCKS, WIDTH, STATS)
+                      DIMS, BLOCK, PERIOD, COLUMN_BLOCKS, WIDTH, STATS)
 
 
 @triton.jit
@@ -141,7 +158,7 @@ def _partial_stats_many(out_ptr, a0, a1, a2, a3, a4, a5, a6, a7, n0, n1, n2, n3,
     groups = tl.minimum(rows, ROW_CAPACITY // COLUMN_BLOCKS)
     rows_per_program = (rows + groups - 1) // groups
     first = _pick(slot, r0, r1, r2, r3, r4, r5, r6, r7) * ROW_CAPACITY
-    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, 1, 1, 1, 0, 0, 0, 0, False, BLOCK,
+    _stats_of_program(x_ptr, n, rows_per_program, tl.program_id(0), out_ptr, first, 1, 1, 1, 0, 0, 0, 0, 0, BLOCK,
                       PERIOD, COLUMN_BLOCKS, WIDTH, STATS)
 
 
@@ -245,14 +262,16 @@ class Launcher:
         programs = column_blocks * -(-rows // rows_per_program)  # rows of `out` left out stay zero
         first = row * row_capacity  # index of the row's first partial in the buffer
         sizes, strides = layout if layout is not None else ((1, 1, 1), (0, 0, 0, 0))
+        # Dimensions that are not padding: the stored sizes of 2 or more (strided_layout drops sizes of 1), and an
+        # outermost one beyond them.
+        dims = 0 if layout is None else sum(size > 1 for size in sizes) + (n > sizes[0] * sizes[1] * sizes[2])
         # What Triton specializes a compiled kernel on: pointer alignment, n's divisibility and n == 1, and the
         # strides' integer width (an argument past int32 is passed as int64).
-        key = (x.dtype, x.data_ptr() % 16 == 0, n % 16 == 0, n == 1, block, layout is not None,
-               max(strides) >= 2**31)
+        key = (x.dtype, x.data_ptr() % 16 == 0, n % 16 == 0, n == 1, block, dims, max(strides) >= 2**31)
         if stream is None:
             stream = self.stream(x.get_device())
         self._one(key, (programs, 1), stream, (x, n, rows_per_program, out, first, *sizes, *strides),
-                  (("STRIDED", layout is not None), ("BLOCK", block), ("PERIOD", SKETCH_PERIOD),
+                  (("DIMS", dims), ("BLOCK", block), ("PERIOD", SKETCH_PERIOD),
                    ("COLUMN_BLOCKS", column_blocks), ("WIDTH", SKETCH_WIDTH), ("STATS", STATS)))
 
     def takes_many(self, out: torch.Tensor) -> bool:
