@@ -161,16 +161,18 @@ def strided_layout(shape: Sequence[int], strides: Sequence[int]) -> Layout | Non
 
 
 def _kernel_reads(t: torch.Tensor) -> bool:
+    """Whether the Triton kernel can read `t` from its memory, as `t` or as its contiguous copy."""
     return (t.is_cuda and type(t) in PLAIN_TENSORS and t.dtype in _KERNEL_DTYPES and not t.is_neg()
             and t.numel() < _KERNEL_MAX_ELEMENTS)
 
 
 def _kernel_input(t: torch.Tensor) -> tuple[torch.Tensor, Layout | None] | None:
     """What the Triton kernel reads for `t`, and the layout it reads it by: `t` itself where it is flat memory
-    (no layout), or a strided view past STRIDED_READ_BYTES (its layout); a smaller strided view's contiguous copy
-    (one copy costs the host less than the torch ops' path); or None where the kernel cannot read it. The kernel reads memory
-    by address: a wrapper subclass's (a functional collective's AsyncCollectiveTensor, still in flight) is not
-    its data, so such tensors, and any other it cannot read, go through torch's ops (after `as_real`)."""
+    (no layout), or a strided view past STRIDED_READ_BYTES (its layout); a smaller strided view's contiguous
+    copy (one copy costs the host less than the torch ops' path); or None where the kernel cannot read it. The
+    kernel reads memory by address: a wrapper subclass's (a functional collective's AsyncCollectiveTensor, still
+    in flight) is not its data, so such tensors, and any other it cannot read, go through torch's ops (after
+    `as_real`)."""
     if not _kernel_reads(t):
         return None
     if t.is_contiguous():
