@@ -138,7 +138,7 @@ def test_held_records_are_written_when_the_program_waits_for_the_device(tmp_path
     with tracediff.record(tmp_path / "t.jsonl") as session:
         for _ in range(600):  # one full batch of fingerprints, sealed and on its way
             x = torch.sin(x)
-        torch.cuda._sleep(1_000_000)  # the batch has long arrived; the device is still busy
+        torch.cuda._sleep(200_000_000)  # the batch arrives; the device stays busy longer than the writing takes
         assert session.writer.records == 0
         x.sum().item()
         after_item = session.writer.records
@@ -153,6 +153,29 @@ def test_held_records_are_written_when_the_program_waits_for_the_device(tmp_path
             x = torch.sin(x)
         torch.cuda.synchronize()
         assert session.writer.records > after_copy
+
+
+def test_a_wait_writes_held_records_while_the_device_is_busy_and_no_longer(tmp_path) -> None:
+    """At a host wait the recorder writes held records only while the device still has work queued: where the
+    device is idle already, writing them all would make the program wait for the recorder. It then writes one
+    chunk and leaves the rest held for the next wait (or the end); with the device busy it writes them all."""
+    import tracediff
+    from tracediff.record.mode import WRITE_CHUNK
+    from tracediff.trace.reader import read_trace
+
+    x = torch.randn(1000, device="cuda")
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        for _ in range(700):  # more than one batch of fingerprints: the first one is sealed
+            x = torch.sin(x)
+        torch._C._cuda_synchronize()  # the device is idle (the raw call: no wait hook)
+        session.recorder.before_host_wait()
+        written = session.writer.records
+        assert 0 < written <= WRITE_CHUNK
+        torch.cuda._sleep(200_000_000)
+        session.recorder.before_host_wait()
+        assert session.writer.records >= 500
+    _, records = read_trace(tmp_path / "t.jsonl")
+    assert [r["i"] for r in records] == list(range(len(records))) and len(records) >= 700
 
 
 @pytest.mark.parametrize("values", [

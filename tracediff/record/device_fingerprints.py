@@ -220,6 +220,7 @@ class DeviceFingerprints:
         self._queue: _Queue | None = None
         # The streams (raw handle: device) that fingerprints of the open batch were launched on.
         self._streams: dict[int, int] = {}
+        self._cuda_batches = False  # a batch of CUDA fingerprints was sealed (see busy_marker)
 
     @property
     def uses_triton(self) -> bool:
@@ -324,6 +325,7 @@ class DeviceFingerprints:
                 host.copy_(stats, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
+                self._cuda_batches = True
             else:  # CPU tensors (tests): already there
                 host = stats
         self._sealed.append(_Sealed(event, host, self._slots))
@@ -344,6 +346,15 @@ class DeviceFingerprints:
             placeholder.update(from_stats(stats, n))
         self.resolved += len(batch.slots)
         self.fetches += 1
+
+    def busy_marker(self) -> Any:
+        """A CUDA event recorded now on the current stream (`query()` is True once the device has done the work
+        queued so far), or None before any batch of CUDA fingerprints (CPU tensors: nothing to be busy with)."""
+        if not self._cuda_batches:
+            return None
+        event = torch.cuda.Event()
+        event.record()
+        return event
 
     def poll(self) -> None:
         """Fill the fingerprints of every batch that has arrived, without waiting."""

@@ -180,6 +180,9 @@ def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
 # _make_room): four times as many at most, a few MiB.
 HELD_RECORDS = 1024
 
+# Records written between two looks at whether the device is still busy, at a host wait (TraceRecorder.write_held).
+WRITE_CHUNK = 32
+
 # Views' fingerprints kept at most (TraceRecorder._view_fingerprint).
 _VIEW_FINGERPRINTS = 4096
 
@@ -534,15 +537,26 @@ class TraceRecorder(TorchDispatchMode):
         if len(self._held) > HELD_RECORDS:
             self._make_room()
 
-    def write_held(self) -> None:
-        """Write the held records whose device fingerprints have arrived, in order, without waiting."""
+    def write_held(self, while_busy: bool = False) -> None:
+        """Write the held records whose device fingerprints have arrived, in order, without waiting.
+
+        `while_busy`: the program is about to wait for the device; write only while the device still has work
+        queued (looked at every WRITE_CHUNK records), and leave the rest for the next wait. Past that point the
+        program would be waiting for the recorder, not the device: a batch's records all at once (about 650 per
+        batch in GPT-2) took 9 ms at a synchronize where the device had 6.5 ms left.
+        """
         device = self.device_fingerprints
+        busy = device.busy_marker() if while_busy and device is not None else None
         if device is not None:
             device.poll()
         resolved = device.resolved if device is not None else math.inf
         held, write = self._held, self.writer.write
+        written = 0
         while held and held[0][1] <= resolved:
             write(held.popleft()[0])
+            written += 1
+            if busy is not None and written % WRITE_CHUNK == 0 and busy.query():
+                return
 
     def _make_room(self) -> None:
         """Too many records held (a program that does not wait for the device): write those whose fingerprints
@@ -559,7 +573,7 @@ class TraceRecorder(TorchDispatchMode):
         the held records whose fingerprints have arrived, on the recording's own thread."""
         if self._held and not self._internal and not self._in_child and threading.get_ident() == self._thread:
             with self.quiet():
-                self.write_held()
+                self.write_held(while_busy=True)
 
     def finish(self) -> None:
         """Wait for the device fingerprints and write every record held back for them.
@@ -712,7 +726,7 @@ class TraceRecorder(TorchDispatchMode):
             if written and self.device_fingerprints is not None:  # a queued tensor can change only by a write
                 self.device_fingerprints.before_op([t for _, t, is_written, _ in tensor_args if is_written])
             if info.host_wait is not None and self._held and _waits_for_device(info, args, kwargs):
-                self.write_held()  # the host is about to wait for the device: its time is free
+                self.write_held(while_busy=True)  # the host is about to wait for the device: its time is free
         finally:
             self._internal = False
 
