@@ -280,10 +280,11 @@ class DeviceFingerprints:
             self.flush()
 
     def before_op(self, written: list[torch.Tensor]) -> None:
-        """Called before each of the program's ops and generated kernels, with the tensors it writes: flush
-        the queue if one of them shares memory with a queued tensor, or if the op runs on another stream than
-        the queue's (which may have waited for the queue's tensors to be made, and then write them). Other
-        writes cannot reach a queued tensor: its memory stays held, so no new tensor is made there."""
+        """Called before each generated kernel and each of the program's ops that writes an argument (in place,
+        out=), with the tensors it writes: flush the queue if one of them shares memory with a queued tensor, or
+        if the op runs on another stream than the queue's (which may have waited for the queue's tensors to be
+        made, and then write them). Other writes, and an op's new outputs, cannot reach a queued tensor: its
+        memory stays held, so no new tensor is made there."""
         queue = self._queue
         if queue is not None and (self._on_another_stream(queue.device, queue.stream)
                                   or any(queue.overlaps(t) for t in written)):
