@@ -8,27 +8,16 @@ argument), attention heads, a fused projection's slice. CUDA events, 20 launches
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from gpu import device_ms  # noqa: E402
 
 from tracediff.record import fingerprint_kernel  # noqa: E402
 from tracediff.record.device_fingerprints import _STATS, PROGRAMS, strided_layout  # noqa: E402
-
-
-def device_ms(fn: Callable[[], object], reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def main() -> int:
