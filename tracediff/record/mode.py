@@ -258,13 +258,9 @@ def _inductor_benchmarking() -> bool:
 
 
 def _has_nonfinite_scalar(args: tuple, kwargs: dict) -> bool:
-    for value in args:
+    for value in (*args, *kwargs.values()):
         if isinstance(value, float) and not math.isfinite(value):
             return True
-    if kwargs:
-        for value in kwargs.values():
-            if isinstance(value, float) and not math.isfinite(value):
-                return True
     return False
 
 
@@ -746,7 +742,7 @@ class TraceRecorder(TorchDispatchMode):
             returned = _output_tensors(result)
             if info.collective == "wait":
                 self._in_flight.difference_update(self._entry(t)[0] for _, t in returned)
-            if info.collective is not None and info.collective != "wait":
+            if info.collective in ("work", "functional"):
                 outputs = self._pending_collective_outputs(info, returned, {id(t) for _, t, _, _ in tensor_args})
             elif info.returns_views and not info.reorders and tensor_args and inputs[0]["v"] is not None:
                 # Not a transpose: its statistics come without their sketch (`same_as`), which its first read
