@@ -115,3 +115,12 @@ def test_inductor_internals_used_by_materialize() -> None:
     assert isinstance(CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM, int)
     for knob in ("max_fusion_size", "epilogue_fusion", "allow_buffer_reuse", "inplace_buffers", "force_disable_caches"):
         assert hasattr(inductor_config, knob)
+
+
+def test_backends_checked_without_dynamo_are_registered() -> None:
+    """record/backends.py accepts these names without importing dynamo: torch must register every one."""
+    import torch._dynamo
+
+    from tracediff.record.backends import _ALWAYS_REGISTERED
+
+    assert _ALWAYS_REGISTERED - {"eager"} <= set(torch._dynamo.list_backends(exclude_tags=()))

@@ -19,6 +19,9 @@ EAGER = "eager"
 DYNAMO = "dynamo"
 # Registered torch.compile backends that never call inductor: a recording under one need not import it.
 _WITHOUT_INDUCTOR = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner"})
+# Backends every supported torch registers (tests/test_torch_pins.py checks): naming one is checked without
+# importing dynamo, which costs the parent of `tracediff run` two seconds before its first recording starts.
+_ALWAYS_REGISTERED = _WITHOUT_INDUCTOR | {"inductor"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ def resolve_backend(name: str) -> Backend:
         return Backend(name, "eager")
     if ":" in name:
         return Backend(name, _import_callable(name))
+    if name in _ALWAYS_REGISTERED:
+        return Backend(name, name)
     import torch._dynamo
 
     known = torch._dynamo.list_backends(exclude_tags=())
