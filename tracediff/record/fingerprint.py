@@ -98,10 +98,10 @@ def fold(x: torch.Tensor) -> torch.Tensor:
 
 def sum_and_sketch(x: torch.Tensor) -> torch.Tensor:
     """[sum, *signed sums] of flat, finite `x` (float64, [1 + SKETCH_WIDTH]), on x's device, unread: one
-    float64 product of its fold (or of `x` itself, at most one period long) with a column of ones and the
-    sketch's signs."""
+    float64 product of a row of ones and the sketch's signs with its fold (or `x` itself, at most one period
+    long)."""
     folded = fold(x) if x.numel() > SKETCH_PERIOD else x
-    return folded.to(torch.float64) @ _sum_and_sketch_weights(str(x.device))[: folded.numel()]
+    return torch.mv(_sum_and_sketch_weights(str(x.device))[:, : folded.numel()], folded.to(torch.float64))
 
 
 def has_data(t: torch.Tensor) -> bool:
@@ -198,8 +198,10 @@ class Scratch:
         accumulation dtype made in the COPY slot (complex and quantized tensors: as `as_real` makes it)."""
         x = t.detach()
         dtype = accumulation_dtype(x.dtype)
-        if x.is_complex() or x.is_quantized or x.is_cuda or (x.dtype == dtype and x.is_contiguous()):
+        if x.is_complex() or x.is_quantized or x.is_cuda:
             return as_real(x)
+        if x.dtype == dtype and x.is_contiguous():
+            return x.view(-1)  # what `as_real` returns here, without its checks
         copy = self.take(x.numel(), dtype, self.COPY)
         copy.view(x.shape).copy_(x)
         return copy
@@ -221,33 +223,35 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
         if exact:
             fp["hash"] = content_hash(t)
         return fp
-    with torch.no_grad():
-        x = t.detach()
-        if x.is_complex() or x.is_quantized:
-            x = as_real(x)
-        n = x.numel()
-        if n == 0:
-            fp = empty_fingerprint()
+    # Everything below is computed from a detached tensor, so none of it joins autograd's graph: no `no_grad()`,
+    # whose context manager costs more than some of the statistics (3 us of a 40 us small fingerprint).
+    x = t.detach()
+    if x.is_complex() or x.is_quantized:
+        x = as_real(x)
+    n = x.numel()
+    if n == 0:
+        fp = empty_fingerprint()
+    else:
+        if n <= SKETCH_PERIOD:
+            stats = _small_stats(x)
         else:
-            if n <= SKETCH_PERIOD:
-                stats = _small_stats(x)
-            else:
-                stats = _large_stats(as_real(x) if scratch is None else scratch.flat_real(x), scratch)
-            s, l1, sq, mx, *sk = stats
-            if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
-                fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
-            else:
-                fp = _nonfinite_fingerprint(as_real(t, torch.float64))
-        if exact:
-            fp["hash"] = content_hash(t)
+            stats = _large_stats(as_real(x) if scratch is None else scratch.flat_real(x), scratch)
+        s, l1, sq, mx, *sk = stats
+        if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
+            fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
+        else:
+            fp = _nonfinite_fingerprint(as_real(t, torch.float64))
+    if exact:
+        fp["hash"] = content_hash(t)
     return fp
 
 
 @functools.lru_cache(maxsize=8)
 def _sum_and_sketch_weights(device: str) -> torch.Tensor:
-    """[SKETCH_PERIOD, 1 + SKETCH_WIDTH] float64: a column of ones (the sum), then the sketch's signs."""
-    ones = torch.ones((SKETCH_PERIOD, 1), dtype=torch.float64, device=device)
-    return torch.cat([ones, sketch_signs(device)], dim=1)
+    """[1 + SKETCH_WIDTH, SKETCH_PERIOD] float64: a row of ones (the sum), then the sketch's signs. Rows, for
+    `torch.mv`: on CPU a third faster than the vector-matrix product with their transpose."""
+    ones = torch.ones((1, SKETCH_PERIOD), dtype=torch.float64, device=device)
+    return torch.cat([ones, sketch_signs(device).t()], dim=0)
 
 
 def _small_stats(x: torch.Tensor) -> list[float]:
@@ -256,10 +260,11 @@ def _small_stats(x: torch.Tensor) -> list[float]:
     product gives the sum and the sketch."""
     x64 = x.reshape(-1).to(torch.float64)
     a = x64.abs()
-    head = x64 @ _sum_and_sketch_weights(str(x.device))[: x64.numel()]
+    head = torch.mv(_sum_and_sketch_weights(str(x.device))[:, : x64.numel()], x64)
     # (a * a).sum(), not a @ a: BLAS's dot on a few thousand elements may wake its threads, and on a busy
-    # machine one waits milliseconds for them.
-    s, *sk, l1, sq, mx = torch.cat([head, torch.stack([a.sum(), (a * a).sum(), a.amax()])]).tolist()
+    # machine one waits milliseconds for them. keepdim: one-element vectors, joined by one `cat`.
+    s, *sk, l1, sq, mx = torch.cat([head, a.sum(0, keepdim=True), (a * a).sum(0, keepdim=True),
+                                    a.amax(0, keepdim=True)]).tolist()
     return [s, l1, sq, mx, *sk]
 
 
@@ -267,9 +272,11 @@ def _large_stats(x: torch.Tensor, scratch: Scratch | None = None) -> list[float]
     """The same for a larger `x`, in its accumulation dtype: |x| once (then squared in place, in `scratch`
     where given), the sum and sketch from the fold, every result fetched in one read."""
     a = torch.abs(x, out=scratch.take(x.numel(), x.dtype, Scratch.ABS)) if scratch is not None and not x.is_cuda else x.abs()
-    parts = [a.sum(), a.amax()]  # amax: about 2.5x faster than max() on CPU
-    parts.append(a.mul_(a).sum())  # after max: squares in place, no second temporary
-    s, *sk, l1, mx, sq = torch.cat([sum_and_sketch(x), torch.stack(parts)]).tolist()  # cat widens to float64
+    # keepdim: one-element vectors, joined by one `cat` (which widens them to float64). amax: about 2.5x faster
+    # than max() on CPU. After it, the squares in place: no second temporary.
+    parts = [sum_and_sketch(x), a.sum(0, keepdim=True), a.amax(0, keepdim=True)]
+    parts.append(a.mul_(a).sum(0, keepdim=True))
+    s, *sk, l1, mx, sq = torch.cat(parts).tolist()
     return [s, l1, sq, mx, *sk]
 
 
