@@ -69,7 +69,9 @@ class _Queue:
     tensors: list[torch.Tensor]
     rows: list[int]
     nbytes: int
-    spans: list[tuple[int, int]]  # [start, end) of each queued tensor's storage
+    # [start, end) of each queued tensor's storage, worked out at the first `overlaps` (most queues never get
+    # one: only an op that writes an argument asks) and extended after it.
+    spans: list[tuple[int, int]]
 
     def overlaps(self, t: torch.Tensor) -> bool:
         """Whether `t` may share memory with a queued tensor (a view, an alias, a buffer generated code
@@ -81,7 +83,9 @@ class _Queue:
             start, end = _storage_span(t)
         except (RuntimeError, NotImplementedError):  # no storage to tell by
             return True
-        return any(start < other_end and other_start < end for other_start, other_end in self.spans)
+        spans = self.spans
+        spans.extend(_storage_span(queued) for queued in self.tensors[len(spans):])
+        return any(start < other_end and other_start < end for other_start, other_end in spans)
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -214,7 +218,8 @@ class DeviceFingerprints:
         self.fetches = 0  # batches read back: the host waits at most this often
         self._launch = _kernel_launcher()
         self._partials: torch.Tensor | None = None  # [batch, programs, _STATS] float64, zeros
-        self._device: torch.device | None = None
+        self._device: int | None = None  # the open batch's device (`get_device()`: -1 for the CPU)
+        self._queues = False  # the open batch's launcher can fingerprint several tensors per launch
         self._slots: list[tuple[Fingerprint, int]] = []
         self._sealed: deque[_Sealed] = deque()
         self._queue: _Queue | None = None
@@ -229,30 +234,31 @@ class DeviceFingerprints:
     def submit(self, t: torch.Tensor) -> Fingerprint:
         """Start `t`'s fingerprint on its device (launched now, or queued: see `flush`) on the current
         stream; the returned dict is filled when the batch is read (an empty tensor's at once)."""
-        readable = _kernel_input(t) if self._launch is not None else None
-        kernel = readable is not None
+        launch = self._launch
+        readable = _kernel_input(t) if launch is not None else None
         x, layout = readable if readable is not None else (as_real(t), None)
         n = x.numel()
         if n == 0:
             return empty_fingerprint()
-        if self._device is not None and x.device != self._device:
+        device = x.get_device()
+        if device != self._device and self._partials is not None:
             self.seal()  # one buffer per device
         if self._partials is None:
-            self._device = x.device
+            self._device = device
             self._partials = torch.zeros((self.batch, self.programs, _STATS), dtype=torch.float64, device=x.device)
+            self._queues = launch is not None and launch.takes_many(self._partials)
         slot = len(self._slots)
-        device, stream = -1, 0  # CUDA device index and raw stream handle, where the launcher is used
-        if self._launch is not None and (kernel or x.is_cuda):
-            device = x.get_device()
-            stream = self._launch.stream(device)
+        stream = 0  # the raw stream handle, where the launcher is used
+        if launch is not None and x.is_cuda:
+            stream = launch.stream(device)
             self._streams[stream] = device
-        if kernel:
-            assert self._launch is not None
+        if readable is not None:
+            assert launch is not None
             nbytes = n * x.element_size()
-            if layout is None and nbytes <= QUEUE_BYTES and self._launch.takes_many(self._partials):
+            if layout is None and nbytes <= QUEUE_BYTES and self._queues:
                 self._enqueue(x, slot, nbytes, device, stream)
             else:
-                self._launch(x, self._partials, slot, stream, layout)
+                launch(x, self._partials, slot, stream, layout)
         else:
             with torch.no_grad():
                 _torch_partials(x.reshape(-1), self._partials[slot])
@@ -275,7 +281,6 @@ class DeviceFingerprints:
         queue.tensors.append(x)
         queue.rows.append(slot)
         queue.nbytes += nbytes
-        queue.spans.append(_storage_span(x))
         if len(queue.tensors) == self._launch.slots:
             self.flush()
 

@@ -493,13 +493,18 @@ class TraceRecorder(TorchDispatchMode):
         (exact mode hashes bytes on the host, so it reads CUDA tensors at once). A DTensor is described by
         this rank's shard: its statistics as a whole would take collectives."""
         try:
-            t = local_shard(t)
+            plain = type(t) in PLAIN_TENSORS
+            if not plain:
+                t = local_shard(t)
+                plain = type(t) in PLAIN_TENSORS
             # A plain tensor's statistics bypass every Python dispatch mode, this one included: each of the
             # dozen torch ops a fingerprint makes would otherwise come back through `__torch_dispatch__`
             # (about 3 us each on CPU). A subclass keeps its own dispatch, which knows how to read it.
-            bypass = torch._C._DisableTorchDispatch() if type(t) in PLAIN_TENSORS else contextlib.nullcontext()
-            with bypass:
-                if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
+            with torch._C._DisableTorchDispatch() if plain else contextlib.nullcontext():
+                # A plain CUDA tensor has data unless it is a functional wrapper (`has_data`'s other cases,
+                # meta and fake tensors, are neither CUDA nor plain): the common case checks only that.
+                readable = not torch._is_functional_tensor(t) if plain else has_data(t)
+                if t.is_cuda and not self.exact and readable and not is_zero_tensor(t):
                     if self.device_fingerprints is None:
                         self.device_fingerprints = DeviceFingerprints()
                     return self.device_fingerprints.submit(t)
