@@ -42,7 +42,8 @@ def main() -> int:
     options = parser.parse_args()
     device = options.device
     x, w = torch.randn(16, device=device), torch.randn(16, device=device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    # Looked up at each call: the recording hooks `torch.cuda.synchronize` (record/host_waits.py).
+    sync = (lambda: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-ophost-")) / "t.jsonl"
 
     def adds() -> float:

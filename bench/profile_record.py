@@ -47,7 +47,9 @@ def main() -> int:
         from tracediff.record.mode import TraceRecorder
 
         TraceRecorder._fingerprint = lambda self, t: None  # type: ignore[method-assign]
-    sync = torch.cuda.synchronize if options.device == "cuda" else (lambda: None)
+    # Looked up at each call: the recording hooks `torch.cuda.synchronize` (record/host_waits.py) to write the
+    # records it holds while the device works, as it does in a script that calls it.
+    sync = (lambda: torch.cuda.synchronize()) if options.device == "cuda" else (lambda: None)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-profile-")) / "t.jsonl"
 
     host: list[float] = []  # until the call returns: on CUDA its work may still be queued

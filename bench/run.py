@@ -15,8 +15,11 @@ Sections:
             inputs: plain, tracediff.record(path), torch DebugMode with
             log_tensor_hashes(hash_inputs=True). Each config is warmed up, then
             repetitions are interleaved (plain, tracediff, DebugMode, plain, ...)
-            and medians taken, so machine noise hits all three alike. Peak
-            memory comes from a fresh subprocess per (workload, config).
+            and medians taken, so machine noise hits all three alike. Each of
+            those calls opens its own session; a second table times calls in
+            one session per config (as `tracediff run` records a script), the
+            configs taking turns block by block. Peak memory comes from a
+            fresh subprocess per (workload, config).
   diff      two synthetic 1,000,000-record traces (bench/synth.py; cached under
             bench/out/) diffed in fresh subprocesses: end to end, and phase by
             phase (skeletons, align, verdict) with a JSON-parsing breakdown.
@@ -28,6 +31,7 @@ Sections:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import gzip
 import json
@@ -212,6 +216,38 @@ def _time_interleaved(runners: dict[str, Callable[[], dict[str, Any]]], reps: in
     return samples, faults
 
 
+def _session(config: str, trace_path: Path) -> Any:
+    """The context one block of calls runs in under `config`: nothing, one recording, one DebugMode."""
+    if config == "tracediff":
+        import tracediff
+
+        return tracediff.record(trace_path)
+    stack = contextlib.ExitStack()
+    if config == "debugmode":
+        from torch.utils._debug_mode import DebugMode
+
+        stack.enter_context(DebugMode())
+        stack.enter_context(DebugMode.log_tensor_hashes(hash_inputs=True))
+    return stack
+
+
+def _time_in_sessions(fn: Callable[[], object], trace_path: Path, rounds: int, calls: int) -> dict[str, list[float]]:
+    """Seconds per call, each config's calls in one session as `tracediff run` records a script (and as
+    bench/gpu.py times the GPU): per round and config, one session around a warm-up call and `calls` timed
+    ones (the warm-up reads the weights, which later calls find unchanged); rounds interleave the configs."""
+    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    for _ in range(rounds):
+        for config in CONFIGS:
+            gc.collect()
+            with _session(config, trace_path):
+                fn()
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    fn()
+                    samples[config].append(time.perf_counter() - t0)
+    return samples
+
+
 def overhead_timing(workload: str, quick: bool, tmp: Path) -> dict[str, Any]:
     """Timing of one workload (or the empty block) under all configs, in this process."""
     import torch
@@ -234,6 +270,8 @@ def overhead_timing(workload: str, quick: bool, tmp: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     samples, faults = _time_interleaved(runners, reps)
     med = {c: statistics.median(s) for c, s in samples.items()}
+    in_session = _time_in_sessions(fn, tmp / f"{workload}-session.jsonl", 2 if quick else 5, 2 if quick else 4) if workload != "empty" else {}
+    session_med = {c: statistics.median(s) * 1e3 for c, s in in_session.items()}
     result: dict[str, Any] = {
         "workload": workload,
         "reps": reps,
@@ -250,6 +288,8 @@ def overhead_timing(workload: str, quick: bool, tmp: Path) -> dict[str, Any]:
         "debugmode_ops": facts["debugmode"].get("ops"),
         "trace": _trace_facts(trace_path),
         "torch_threads": torch.get_num_threads(),
+        "in_session_median_ms": session_med,
+        "in_session_samples_ms": {c: [round(x * 1e3, 4) for x in v] for c, v in in_session.items()},
     }
     ops = result["trace"]["ops"]
     if ops and workload != "empty":
@@ -380,6 +420,22 @@ def table_overhead(res: dict[str, Any]) -> str:
                    f"{ratio(r['ratio_tracediff_plain'])} | {ratio(r['ratio_debugmode_plain'])} | "
                    f"{r['ratio_tracediff_debugmode']:.2f}x | {r['reps']}{tries} | "
                    f"{'-' if noise is None or name == '(empty block)' else f'{noise:.2f}'} |")
+    session_rows = [r for r in res["rows"] if r.get("in_session_median_ms")]
+    if session_rows:
+        out.append("")
+        out.append("In one session, as `tracediff run` records a script and as bench/gpu.py times the GPU: per round "
+                   "and config, one session (a recording, a DebugMode, or nothing) around a warm-up call and timed "
+                   "calls, the configs taking turns round by round; medians over every timed call. The table above "
+                   "opens a session per call instead, so it also counts the session's fixed cost and reading the "
+                   "weights again on every call.")
+        out.append("")
+        out.append("| workload | plain ms | tracediff ms | DebugMode ms | tracediff / plain | DebugMode / plain | timed calls per config |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        for r in session_rows:
+            m = r["in_session_median_ms"]
+            out.append(f"| {r['workload']} | {m['plain']:.2f} | {m['tracediff']:.2f} | {m['debugmode']:.2f} | "
+                       f"{m['tracediff'] / m['plain']:.2f}x | {m['debugmode'] / m['plain']:.2f}x | "
+                       f"{len(r['in_session_samples_ms']['plain'])} |")
     out.append("")
     out.append("Best of the same repetitions (the least disturbed call of each config), per-op cost and trace size. "
                "us/op: (config - plain) / ops, on medians. bytes/op: the recorded .jsonl, and gzip -9 of it "
