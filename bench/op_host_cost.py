@@ -29,7 +29,7 @@ from tracediff.record.mode import TraceRecorder  # noqa: E402
 OPS = 3000
 
 
-class _RunEachOp(TorchDispatchMode):
+class RunEachOp(TorchDispatchMode):
     """The floor: a dispatch mode that only runs the op."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -78,7 +78,7 @@ def main() -> int:
                 return work()
 
         def run_each_op(work: Callable[[], float] = work) -> float:
-            with _RunEachOp():
+            with RunEachOp():
                 return work()
 
         times: dict[str, list[float]] = {"plain": [], "a dispatch mode that runs each op": [], **{v: [] for v in variants}}

@@ -29,20 +29,13 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from op_host_cost import RunEachOp  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
 from tracediff.record.modules import ModuleStack  # noqa: E402
 from tracediff.record.source import SourceFinder  # noqa: E402
 from tracediff.trace.writer import TraceWriter  # noqa: E402
-
-
-class _RunEachOp(TorchDispatchMode):
-    """The floor: a dispatch mode that only runs the op."""
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        return func(*args, **(kwargs or {}))
 
 
 def _no_module_hooks(self: ModuleStack) -> ModuleStack:
@@ -160,7 +153,7 @@ def main() -> int:
     trace = Path(tempfile.mkdtemp(prefix="tracediff-ablation-")) / "t.jsonl"
     sessions: dict[str, Callable[[], Any]] = {
         "plain": contextlib.nullcontext,
-        "a dispatch mode that runs each op": _RunEachOp,
+        "a dispatch mode that runs each op": RunEachOp,
         **{name: (lambda patches=patches: _session(trace, patches)) for name, patches in variants.items()},
     }
     total: dict[str, list[float]] = {name: [] for name in sessions}
