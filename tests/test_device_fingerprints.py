@@ -202,6 +202,18 @@ def test_the_queue_takes_a_tensor_it_cannot_place_in_memory_as_sharing_it() -> N
     assert queue.overlaps(torch.randn(8).as_subclass(Wrapped))
 
 
+def test_the_queue_works_out_spans_when_asked_and_sees_tensors_queued_after_it_was_asked() -> None:
+    """Spans are worked out at the first `overlaps` (most queues are launched before any op writes); a tensor
+    queued after that question is still seen by the next one."""
+    first, second, third = torch.randn(8), torch.randn(8), torch.randn(8)
+    queue = device_fingerprints._Queue(0, 0, torch.float32, [first], [0], 32, [])
+    assert not queue.overlaps(second) and queue.overlaps(first[4:])
+    queue.tensors.append(second)
+    queue.rows.append(1)
+    assert queue.overlaps(second[1:]) and not queue.overlaps(third)
+    assert len(queue.spans) == 2
+
+
 @pytest.mark.parametrize("make", [
     lambda: torch.randn(7, 5).t(),  # a transposed weight
     lambda: torch.randn(2, 6, 5, 3).permute(0, 2, 1, 3),  # attention heads
