@@ -106,6 +106,8 @@ def sum_and_sketch(x: torch.Tensor) -> torch.Tensor:
 
 def has_data(t: torch.Tensor) -> bool:
     """False for tensors whose values do not exist: meta, fake, functional wrappers."""
+    if type(t) in PLAIN_TENSORS:  # the common case, checked per fingerprint: neither fake nor another subclass
+        return not t.is_meta and not torch._is_functional_tensor(t)
     if t.is_meta or t.device.type == "meta":
         return False
     # FakeTensor and other wrapper subclasses carry no storage we may read.

@@ -501,10 +501,7 @@ class TraceRecorder(TorchDispatchMode):
             # dozen torch ops a fingerprint makes would otherwise come back through `__torch_dispatch__`
             # (about 3 us each on CPU). A subclass keeps its own dispatch, which knows how to read it.
             with torch._C._DisableTorchDispatch() if plain else contextlib.nullcontext():
-                # A plain CUDA tensor has data unless it is a functional wrapper: of `has_data`'s other cases, a
-                # meta tensor is not CUDA and a fake one not plain.
-                if (t.is_cuda and not self.exact and (not torch._is_functional_tensor(t) if plain else has_data(t))
-                        and not is_zero_tensor(t)):
+                if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
                     if self.device_fingerprints is None:
                         self.device_fingerprints = DeviceFingerprints()
                     return self.device_fingerprints.submit(t)
