@@ -593,8 +593,9 @@ class TraceRecorder(TorchDispatchMode):
             self.writer.write(self._held.popleft()[0])
 
     def _layout_view_fingerprint(self, info: _OpInfo, inputs: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """The input's fingerprint for a layout-only view (not in exact mode: a hash depends on order)."""
-        if self.exact or not info.layout_view or not inputs:
+        """The input's fingerprint for a layout-only view op (`info.layout_view`, which the caller checks: most ops
+        are not one), or None in exact mode (a hash depends on order)."""
+        if self.exact or not inputs:
             return None
         fp = inputs[0].get("fp")
         if fp is None or not info.reorders:
