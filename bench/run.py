@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -151,29 +151,21 @@ def reset_peak_rss() -> bool:
 
 
 def _runner(config: str, fn: Callable[[], object], trace_path: Path) -> Callable[[], dict[str, Any]]:
-    """A call of `fn` under `config`; returns facts about that call (ops recorded)."""
+    """A call of `fn` under `config`, in a session of its own; returns facts about that call (ops recorded)."""
     if config == "plain":
         def plain() -> dict[str, Any]:
             fn()
             return {}
         return plain
-    if config == "tracediff":
-        import tracediff
 
-        def recorded() -> dict[str, Any]:
-            with tracediff.record(trace_path):
-                fn()
-            return {}
-        return recorded
-    if config == "debugmode":
-        from torch.utils._debug_mode import DebugMode
-
-        def debugged() -> dict[str, Any]:
-            with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_inputs=True):
-                fn()
-            return {"ops": sum(1 for c in dm.operators if type(c).__name__ == "_OpCall"), "entries": len(dm.operators)}
-        return debugged
-    raise ValueError(config)
+    def in_session() -> dict[str, Any]:
+        with _session(config, trace_path) as entered:
+            fn()
+        if config == "debugmode":
+            return {"ops": sum(1 for c in entered.operators if type(c).__name__ == "_OpCall"),
+                    "entries": len(entered.operators)}
+        return {}
+    return in_session
 
 
 def _empty() -> None:
@@ -216,19 +208,24 @@ def _time_interleaved(runners: dict[str, Callable[[], dict[str, Any]]], reps: in
     return samples, faults
 
 
-def _session(config: str, trace_path: Path) -> Any:
-    """The context one block of calls runs in under `config`: nothing, one recording, one DebugMode."""
+@contextlib.contextmanager
+def _session(config: str, trace_path: Path) -> Iterator[Any]:
+    """The context calls run in under `config`: nothing, one recording (yields the session), or one DebugMode
+    with tensor hashes (yields the DebugMode)."""
     if config == "tracediff":
         import tracediff
 
-        return tracediff.record(trace_path)
-    stack = contextlib.ExitStack()
-    if config == "debugmode":
+        with tracediff.record(trace_path) as session:
+            yield session
+    elif config == "debugmode":
         from torch.utils._debug_mode import DebugMode
 
-        stack.enter_context(DebugMode())
-        stack.enter_context(DebugMode.log_tensor_hashes(hash_inputs=True))
-    return stack
+        with DebugMode() as dm, DebugMode.log_tensor_hashes(hash_inputs=True):
+            yield dm
+    elif config == "plain":
+        yield None
+    else:
+        raise ValueError(config)
 
 
 def _time_in_sessions(fn: Callable[[], object], trace_path: Path, rounds: int, calls: int) -> dict[str, list[float]]:
