@@ -10,11 +10,12 @@ any dispatch mode costs). Medians of 7 rounds, microseconds per op.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
 
 OPS = 3000
+
+
+@contextlib.contextmanager
+def patched(patches: list[tuple[type, str, Any]]) -> Iterator[None]:
+    """Each (class, attribute, value) set while inside, the class's own attribute restored after."""
+    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patches]
+    for cls, name, value in patches:
+        setattr(cls, name, value)
+    try:
+        yield
+    finally:
+        for cls, name, value in saved:
+            setattr(cls, name, value)
 
 
 class RunEachOp(TorchDispatchMode):
@@ -71,7 +85,6 @@ def main() -> int:
         "without describing tensors": {**no_fingerprint, "_write_op": lambda self, *a: None,
                                        "_describe": lambda self, name, t, *a, **k: {"v": None}},
     }
-    original = {name: getattr(TraceRecorder, name) for name in ("_fingerprint", "_write_op", "_describe")}
     for name, work in (("add", adds), ("view", views)):
         def recorded(work: Callable[[], float] = work) -> float:
             with tracediff.record(trace):
@@ -87,13 +100,8 @@ def main() -> int:
             times["plain"].append(work())
             times["a dispatch mode that runs each op"].append(run_each_op())
             for variant, patch in variants.items():
-                for attribute, value in patch.items():
-                    setattr(TraceRecorder, attribute, value)
-                try:
+                with patched([(TraceRecorder, attribute, value) for attribute, value in patch.items()]):
                     times[variant].append(recorded())
-                finally:
-                    for attribute, value in original.items():
-                        setattr(TraceRecorder, attribute, value)
         print(f"{name} on {device}:")
         for variant, samples in times.items():
             print(f"  {variant:34s} {statistics.median(samples) / OPS * 1e6:6.1f} us per op")

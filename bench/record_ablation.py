@@ -29,7 +29,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 import torch  # noqa: E402
-from op_host_cost import RunEachOp  # noqa: E402
+from op_host_cost import RunEachOp, patched  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
@@ -100,7 +100,7 @@ def _timers(parts: list[tuple[type, str]]) -> tuple[dict[str, list[float]], list
 
 def _print_timers(fn: Callable[[], Any], sync: Callable[[], Any], trace: Path, device: str, calls: int) -> None:
     spent, patches = _timers(_timed_parts(device))
-    with _patched(patches), tracediff.record(trace):
+    with patched(patches), tracediff.record(trace):
         fn()
         sync()
         for cell in spent.values():
@@ -114,18 +114,6 @@ def _print_timers(fn: Callable[[], Any], sync: Callable[[], Any], trace: Path, d
         if count:
             print(f"  {name:34s} {seconds / calls * 1e3:7.2f} ms  {count / calls:7.1f} calls  "
                   f"{seconds / count * 1e6:6.1f} us each")
-
-
-@contextlib.contextmanager
-def _patched(patches: list[tuple[type, str, Any]]) -> Iterator[None]:
-    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patches]
-    for cls, name, value in patches:
-        setattr(cls, name, value)
-    try:
-        yield
-    finally:
-        for cls, name, value in saved:
-            setattr(cls, name, value)
 
 
 def main() -> int:
@@ -190,7 +178,7 @@ def main() -> int:
 
 @contextlib.contextmanager
 def _session(trace: Path, patches: list[tuple[type, str, Any]]) -> Iterator[Any]:
-    with _patched(patches), tracediff.record(trace) as session:
+    with patched(patches), tracediff.record(trace) as session:
         yield session
 
 
