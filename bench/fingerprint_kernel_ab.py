@@ -5,7 +5,7 @@
 
 For sizes from 1000 elements to GPT-2's logits (206M): device time per launch (CUDA events, 20
 launches) and the largest difference from the host's fingerprint (or from the old kernel's past 8M
-elements). The host time of one `DeviceFingerprints.submit`: `bench/gpu.py --micro`. Needs CUDA and Triton.
+elements), and whether the two kernels' partials are the same bits. The host time of one `DeviceFingerprints.submit`: `bench/gpu.py --micro`. Needs CUDA and Triton.
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ def main() -> int:
         if n == 5000:
             x[7], x[99] = float("nan"), float("inf")
         line = f"n={n:>10d}  x.sum() {device_ms(lambda: x.sum()):.3f} ms"  # noqa: B023 (called at once)
-        results = {}
+        results, partials = {}, {}
         for name, module in kernels.items():
             out = torch.zeros((1, PROGRAMS, module.STATS), dtype=torch.float64, device="cuda")
             launch = module.Launcher()
             launch(x, out, 0)
             results[name] = from_stats(reduce_partials(out)[0].tolist(), n)
+            partials[name] = out.clone()
             line += f"  {name} {device_ms(lambda: launch(x, out, 0)):.3f} ms"  # noqa: B023 (called at once)
         reference = fingerprint(x.cpu()) if n <= 2**23 else results.get("old")
         if reference is not None:
@@ -58,6 +59,8 @@ def main() -> int:
                         abs(a["l2"] - reference["l2"]) / max(reference["l2"], 1e-30),
                         max(abs(u - v) for u, v in zip(a["sk"], reference["sk"])) / max(reference["l2"], 1e-30))
             line += f"  largest relative difference from {'the host' if n <= 2**23 else 'old'}: {worst:.1e}"
+        if "old" in partials:
+            line += "  partials: " + ("the same bits" if torch.equal(partials["new"], partials["old"]) else "DIFFERENT")
         print(line)
     return 0
 

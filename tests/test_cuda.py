@@ -253,6 +253,27 @@ def test_the_kernel_reads_each_float_dtype_as_it_is_and_matches_the_host(dtype, 
     assert max(abs(a - b) for a, b in zip(fp["sk"], host["sk"])) <= 1e-5 * max(host["l2"], 1.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_kernel_counts_subnormal_values_and_signed_zeros_as_the_host_does(dtype) -> None:
+    """The kernel takes |x|'s maximum on float32 bits and tests for NaN and Inf in float32: a tensor of values
+    below float32's smallest normal one (which a float32 `maximum` may flush to zero), negative zeros, NaN and
+    Inf gets the host's maximum exactly, its counts, and its sums."""
+    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprint import fingerprint
+
+    tiny = torch.tensor([1e-40, -3e-39, 7e-42, -0.0, 0.0], dtype=torch.float64)
+    t = tiny.repeat(2000).to(dtype).to("cuda")  # 10000 elements: more than a period, rows across programs
+    t[4321], t[8765], t[9000] = float("nan"), float("-inf"), float("inf")
+    device = DeviceFingerprints()
+    fp = device.submit(t)
+    device.finish()
+    host = fingerprint(t.cpu())
+    assert host["max"] > 0.0
+    assert (fp["max"], fp["nan"], fp["inf"], fp["n"]) == (host["max"], host["nan"], host["inf"], host["n"])
+    for key in ("sum", "l1", "l2"):
+        assert abs(fp[key] - host[key]) <= 1e-6 * host["l1"], (key, fp[key], host[key])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_one_launch_for_many_tensors_gives_the_same_bits_as_one_launch_each(dtype) -> None:
     """`Launcher.many` fingerprints up to eight tensors in one launch from their addresses (unaligned
