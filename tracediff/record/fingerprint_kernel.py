@@ -82,7 +82,7 @@ def _stats_of_program(x_ptr, n, rows_per_program, program, out_ptr, first, s1, s
     for turn in range(first_row, last_row, ROWS_AT_ONCE):
         for step in tl.static_range(ROWS_AT_ONCE):
             row = turn + step
-            index = row.to(tl.int64) * PERIOD + columns  # type: ignore[attr-defined]  # row: a Triton scalar
+            index = row.to(tl.int64) * PERIOD + columns
             flat = index.to(tl.int32)  # below 2**31 (_KERNEL_MAX_ELEMENTS): cheaper division
             if DIMS == 0:
                 address = index
