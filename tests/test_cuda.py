@@ -155,6 +155,37 @@ def test_held_records_are_written_when_the_program_waits_for_the_device(tmp_path
         assert session.writer.records > after_copy
 
 
+def test_held_records_set_off_no_young_collections_and_the_threshold_comes_back(tmp_path) -> None:
+    """While records wait for their device fingerprints, the collector's first threshold is raised by what they
+    can reach (record/held_gc.py): a forward's worth of held records sets off no collection of the youngest
+    generation, and the threshold is the program's again after the recording."""
+    import gc
+
+    import tracediff
+
+    before = gc.get_threshold()
+    collections: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    x = torch.randn(1000, device="cuda")
+    with tracediff.record(tmp_path / "t.jsonl"):
+        x = torch.sin(x)
+        torch.cuda.synchronize()
+        gc.collect()
+        gc.callbacks.append(count)
+        try:
+            for _ in range(300):  # 300 records held, a dozen or more containers each
+                x = torch.sin(x)
+        finally:
+            gc.callbacks.remove(count)
+        assert gc.get_threshold()[0] > before[0]
+    assert gc.get_threshold() == before
+    assert collections == []
+
+
 def test_a_wait_writes_held_records_while_the_device_is_busy_and_no_longer(tmp_path) -> None:
     """At a host wait the recorder writes held records only while the device still has work queued: where the
     device is idle already, writing them all would make the program wait for the recorder. It then writes one

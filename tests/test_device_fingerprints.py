@@ -128,6 +128,39 @@ def test_queued_tensors_are_launched_together_by_dtype_and_count(monkeypatch: py
         assert _close(fp, fingerprint(t)), t
 
 
+def test_the_queues_fast_entry_takes_only_what_submit_would_queue_and_gives_the_same_fingerprints(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`submit_to_queue` (the recorder tries it first for plain CUDA tensors) takes a tensor into the open queue
+    as `submit` would, and declines everything else, which `submit` then takes: no open queue, another dtype, a
+    strided or negated view, a tensor that would fill the batch. Either way the launches and the fingerprints
+    are the same."""
+    torch.manual_seed(0)
+    tensors = [torch.randn(50), torch.randn(60), torch.randn(7, dtype=torch.float64),
+               torch.randn(9, dtype=torch.float64), torch.randn(5, dtype=torch.float64),
+               torch.randn(10, 10).t(), torch.randn(8, 8)[:, :4], torch.randn(40),
+               torch.randn(20), torch._neg_view(torch.randn(20))]
+
+    def record(fast: bool) -> tuple[list[int], list[Any], list[bool]]:
+        device = DeviceFingerprints(batch=5, programs=4)
+        launcher = _queueing(device, monkeypatch)
+        fingerprints, taken = [], []
+        for t in tensors:
+            fp = device.submit_to_queue(t) if fast else None
+            taken.append(fp is not None)
+            fingerprints.append(fp if fp is not None else device.submit(t))
+        device.finish()
+        return launcher.launches, fingerprints, taken
+
+    launches, fingerprints, _ = record(fast=False)
+    fast_launches, fast_fingerprints, taken = record(fast=True)
+    # t0 opens the queue, t1 joins; a float64 opens another, and one more joins; the fifth would fill the batch;
+    # a new batch's first tensor finds no queue; a strided view is copied first; t7 joins and fills the queue's
+    # three slots, so t8 finds none; a negated view is declined.
+    assert taken == [False, True, False, True, False, False, False, True, False, False]
+    assert fast_launches == launches
+    assert fast_fingerprints == fingerprints
+
+
 def test_the_recorder_launches_queued_fingerprints_before_a_write(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`y` waits in the queue when `add_` and `resize_` come: each must launch it first, or its recorded
     fingerprint is of the value written after it (or of freed memory)."""

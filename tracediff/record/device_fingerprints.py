@@ -269,6 +269,32 @@ class DeviceFingerprints:
             self.seal()
         return placeholder
 
+    def submit_to_queue(self, t: torch.Tensor) -> Fingerprint | None:
+        """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller
+        checks) that joins the open queue as it is (its dtype, device and stream; contiguous, not negated, not a
+        functional wrapper or an efficient zero tensor; room left) and does not fill the batch, so no torch op
+        runs here. None where `submit` must take it."""
+        queue, launch = self._queue, self._launch
+        if (queue is None or launch is None or t.dtype != queue.dtype or not t.is_contiguous() or t.is_neg()
+                or torch._is_functional_tensor(t) or t._is_zerotensor()):
+            return None
+        n = t.numel()
+        nbytes = n * t.element_size()
+        slot = len(self._slots)
+        if (n == 0 or queue.nbytes + nbytes > QUEUE_BYTES or slot + 1 >= self.batch or t.get_device() != queue.device
+                or self._on_another_stream(queue.device, queue.stream)):
+            return None
+        queue.tensors.append(t)
+        queue.rows.append(slot)
+        queue.nbytes += nbytes
+        placeholder: Fingerprint = {}  # filled in place when the batch is read
+        self._slots.append((placeholder, n))
+        self.submitted += 1
+        if len(queue.tensors) == launch.slots:
+            with torch._C._DisableTorchDispatch():  # as `submit` launches: no dispatch mode sees a first compile's work
+                self.flush()
+        return placeholder
+
     def _enqueue(self, x: torch.Tensor, slot: int, nbytes: int, device: int, stream: int) -> None:
         assert self._launch is not None
         queue = self._queue

@@ -35,6 +35,7 @@ from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
 from tracediff.record.fingerprint import PLAIN_TENSORS, Scratch, fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms, transforms_involved
+from tracediff.record.held_gc import HeldRecordsAllowance
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
@@ -180,6 +181,10 @@ def _alias_owner(entry: list) -> tuple[torch.Tensor | None, list | None]:
 # _make_room): four times as many at most, a few MiB.
 HELD_RECORDS = 1024
 
+# Container objects (dicts, lists) of a held record, about: the record, its lists, and per tensor its description,
+# shape and fingerprint (HeldRecordsAllowance).
+_CONTAINERS_PER_RECORD = 16
+
 # Records written between two looks at whether the device is still busy, at a host wait (TraceRecorder.write_held).
 WRITE_CHUNK = 32
 
@@ -315,6 +320,7 @@ class TraceRecorder(TorchDispatchMode):
         # that hold one wait here, in order, until it is filled (see _emit).
         self.device_fingerprints: DeviceFingerprints | None = None
         self._held: deque[tuple[dict[str, Any], int]] = deque()
+        self._held_allowance = HeldRecordsAllowance(HELD_RECORDS * _CONTAINERS_PER_RECORD)
         # Generated kernels' buffers by storage (CUDA or not, device index, address): the storage, the first buffer seen on
         # it and that buffer's entry (see link_kernel_buffers).
         self._kernel_storages: dict[tuple[bool, int, int], tuple[weakref.ref, weakref.ref, list]] = {}
@@ -494,6 +500,11 @@ class TraceRecorder(TorchDispatchMode):
         this rank's shard: its statistics as a whole would take collectives."""
         try:
             plain = type(t) in PLAIN_TENSORS
+            device = self.device_fingerprints
+            if plain and device is not None and t.is_cuda and not self.exact:
+                queued = device.submit_to_queue(t)  # most of a forward's tensors: no torch op, so no guard
+                if queued is not None:
+                    return queued
             if not plain:
                 t = local_shard(t)
                 plain = type(t) in PLAIN_TENSORS
@@ -504,6 +515,7 @@ class TraceRecorder(TorchDispatchMode):
                 if t.is_cuda and not self.exact and has_data(t) and not is_zero_tensor(t):
                     if self.device_fingerprints is None:
                         self.device_fingerprints = DeviceFingerprints()
+                        self._held_allowance.hold()  # records are held from now on (_emit)
                     return self.device_fingerprints.submit(t)
                 return fingerprint(t, exact=self.exact, scratch=self._scratch)
         except Exception:  # noqa: BLE001 - a tensor we cannot read is unknown, never the program's error
@@ -675,6 +687,7 @@ class TraceRecorder(TorchDispatchMode):
         self._internal = True  # the dispatch fast path: every op passes straight through
         self._report_child = report
         self._held.clear()
+        self._held_allowance.release()
         self.device_fingerprints = None  # CUDA cannot be used in a forked child
 
     @property
@@ -870,6 +883,7 @@ class TraceRecorder(TorchDispatchMode):
         try:
             super().__exit__(*exc)
         finally:
+            self._held_allowance.release()
             self.resizes.__exit__(*exc)
             self.modules.__exit__(*exc)
 

@@ -29,13 +29,8 @@ import torch
 _SEQUENCE_WINDOW = 1_000_000
 
 
-def _in_compiled_module() -> bool:
-    check = getattr(torch._dynamo.eval_frame, "_is_in_optimized_module", None)
-    return bool(check and check())
-
-
-def _is_optimized_module(module: torch.nn.Module) -> bool:
-    return isinstance(module, torch._dynamo.eval_frame.OptimizedModule)
+def _never() -> bool:
+    return False
 
 
 class ModuleStack:
@@ -48,6 +43,9 @@ class ModuleStack:
         self._handles: list[Any] = []
         # Module calls on other threads are not this recording's (the dispatch mode is thread-local).
         self._thread: int | None = None
+        # dynamo's OptimizedModule and its "inside one" check, looked up once (`__enter__`), not per module call.
+        self._optimized_module: type = type(None)
+        self._in_optimized_module: Any = _never
 
     # -- names ----------------------------------------------------------------------
 
@@ -68,19 +66,20 @@ class ModuleStack:
 
     # -- hooks ------------------------------------------------------------------------
 
-    def _elsewhere(self) -> bool:
-        """A module call that is not this recording's: on another thread (the dispatch mode
-        is thread-local, so that thread's ops are not recorded either), or one dynamo is
-        tracing (module hooks do not run in compiled code; dynamo cannot trace a thread id)."""
-        return torch.compiler.is_compiling() or threading.get_ident() != self._thread
+    def _ignored(self, module: torch.nn.Module) -> bool:
+        """A module call that is not this recording's: on another thread (the dispatch mode is thread-local, so
+        that thread's ops are not recorded either), or one dynamo is tracing (module hooks do not run in compiled
+        code; dynamo cannot trace a thread id); or a compiled module's wrapper, or a call inside one."""
+        return (torch.compiler.is_compiling() or threading.get_ident() != self._thread
+                or isinstance(module, self._optimized_module) or self._in_optimized_module())
 
     def _enter(self, module: torch.nn.Module, _inputs: Any) -> None:
-        if self._elsewhere() or _is_optimized_module(module) or _in_compiled_module():
+        if self._ignored(module):
             return
         self._stack.append((self.name_of(module), torch._C._autograd._get_sequence_nr()))
 
     def _exit(self, module: torch.nn.Module, _inputs: Any, _outputs: Any) -> None:
-        if self._elsewhere() or _is_optimized_module(module) or _in_compiled_module() or not self._stack:
+        if not self._stack or self._ignored(module):
             return
         name = self.name_of(module)
         # Pop to this module's entry (a module that raised may have left inner entries behind).
@@ -118,9 +117,12 @@ class ModuleStack:
         return torch._C._current_autograd_node() is not None
 
     def __enter__(self) -> ModuleStack:
+        from torch._dynamo import eval_frame
         from torch.nn.modules import module as module_hooks
 
         self._thread = threading.get_ident()
+        self._optimized_module = eval_frame.OptimizedModule
+        self._in_optimized_module = getattr(eval_frame, "_is_in_optimized_module", _never)
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._enter),
             module_hooks.register_module_forward_hook(self._exit, always_call=True),
