@@ -317,18 +317,19 @@ class DeviceFingerprints:
         made, and then write them). Other writes, and an op's new outputs, cannot reach a queued tensor: its
         memory stays held, so no new tensor is made there."""
         queue = self._queue
-        if queue is not None and (self._on_another_stream(queue.device, queue.stream)
-                                  or any(queue.overlaps(t) for t in written)):
+        if queue is not None and queue.tensors and (self._on_another_stream(queue.device, queue.stream)
+                                                    or any(queue.overlaps(t) for t in written)):
             self.flush()
 
     def flush(self) -> None:
         """Launch the queued fingerprints (before anything may write their tensors), on the stream their
         tensors were made on. The current stream, where the program goes on, then waits for that launch
-        if it is another stream: the program's own wait for those tensors was before it."""
+        if it is another stream: the program's own wait for those tensors was before it. An empty queue of the
+        same dtype and stream stays open, so the next tensor can join it through `submit_to_queue`."""
         queue = self._queue
-        if queue is None:
+        if queue is None or not queue.tensors:
             return
-        self._queue = None
+        self._queue = _Queue(queue.device, queue.stream, queue.dtype, [], [], 0, [])
         assert self._launch is not None and self._partials is not None
         self._launch.many(queue.tensors, queue.rows, self._partials, queue.stream)
         if self._on_another_stream(queue.device, queue.stream):
@@ -341,6 +342,7 @@ class DeviceFingerprints:
     def seal(self) -> None:
         """Reduce the open batch on the device and start copying it to the host."""
         self.flush()
+        self._queue = None  # the next batch may be on another device
         if not self._slots:
             return
         assert self._partials is not None

@@ -213,18 +213,19 @@ class _DirectLaunches:
     def __init__(self, jit: Any, warps: int) -> None:
         self.jit = jit
         self.warps = warps
-        self._compiled: dict[tuple[Any, ...], Any] = {}
+        self._compiled: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}  # key -> (kernel, constants' values)
         self._direct = True
         self._until_hook_check = 0
         self._hooked = False
 
     def __call__(self, key: tuple[Any, ...], grid: tuple[int, int], stream: int, args: tuple[Any, ...],
                  constants: tuple[tuple[str, Any], ...]) -> None:
-        kernel = self._compiled.get(key) if self._direct else None
-        if kernel is not None and not self._hooks_active():
+        compiled = self._compiled.get(key) if self._direct else None
+        if compiled is not None and not self._hooks_active():
+            kernel, values = compiled
             try:
                 kernel.run(grid[0], grid[1], 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
-                           *args, *(value for _, value in constants))
+                           *args, *values)
                 return
             except Exception:  # noqa: BLE001 - another Triton's launcher signature: take the JIT path
                 self._direct = False
@@ -235,7 +236,7 @@ class _DirectLaunches:
             kernel = self.jit[grid](*args, **dict(constants), num_warps=self.warps)
         if hasattr(kernel, "result"):  # Triton's asynchronous compile mode
             kernel = kernel.result()
-        self._compiled[key] = kernel
+        self._compiled[key] = (kernel, tuple(value for _, value in constants))
 
     def _hooks_active(self) -> bool:
         """`_launch_hooks_active()`, looked at again every _HOOK_CHECK_EVERY launches."""
@@ -262,6 +263,8 @@ class Launcher:
         self._one = _DirectLaunches(_partial_stats, warps)
         self._many = _DirectLaunches(_partial_stats_many, warps)
         self._get_stream: Any = None  # Triton's driver's get_current_stream, looked up once
+        # `many`'s constexpr arguments by (dtype, partial rows per fingerprint), built once.
+        self._many_constants: dict[tuple[torch.dtype, int], tuple[tuple[str, Any], ...]] = {}
 
     def stream(self, device: int) -> int:
         """The raw handle of the current stream on CUDA device `device`."""
@@ -314,9 +317,12 @@ class Launcher:
         row_capacity = out.shape[1]
         most_rows = -(-max(sizes) // SKETCH_PERIOD)
         programs = self.column_blocks * min(most_rows, row_capacity // self.column_blocks)
-        dtype = xs[0].dtype
-        self._many((dtype,), (programs, count), stream,
-                   (out, *addresses, *sizes, *([0] * padding), *rows, *([0] * padding)),
-                   (("DTYPE", _TRITON_DTYPES[dtype]), ("ROW_CAPACITY", row_capacity), ("BLOCK", self.block),
-                    ("PERIOD", SKETCH_PERIOD), ("COLUMN_BLOCKS", self.column_blocks), ("WIDTH", SKETCH_WIDTH),
-                    ("STATS", STATS)))
+        key = (xs[0].dtype, row_capacity)
+        constants = self._many_constants.get(key)
+        if constants is None:
+            constants = self._many_constants[key] = (
+                ("DTYPE", _TRITON_DTYPES[xs[0].dtype]), ("ROW_CAPACITY", row_capacity), ("BLOCK", self.block),
+                ("PERIOD", SKETCH_PERIOD), ("COLUMN_BLOCKS", self.column_blocks), ("WIDTH", SKETCH_WIDTH),
+                ("STATS", STATS))
+        self._many(key, (programs, count), stream, (out, *addresses, *sizes, *([0] * padding), *rows, *([0] * padding)),
+                   constants)
