@@ -316,6 +316,8 @@ class TraceRecorder(TorchDispatchMode):
         self._report_child: Callable[[], None] | None = None
         # Per-op and per-tensor facts that never change, worked out once (names are strings).
         self._names: dict[torch.dtype | torch.device, str] = {}  # dtypes' and devices' names
+        self._op_infos: dict[int, _OpInfo] = {}  # by id(op overload), see _op_info
+        self._op_overloads: list[Any] = []  # the overloads filed there, held so that their ids stay theirs
         # CUDA fingerprints are computed on the device and read in batches; records
         # that hold one wait here, in order, until it is filled (see _emit).
         self.device_fingerprints: DeviceFingerprints | None = None
@@ -326,6 +328,7 @@ class TraceRecorder(TorchDispatchMode):
         self._kernel_storages: dict[tuple[bool, int, int], tuple[weakref.ref, weakref.ref, list]] = {}
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
         self.resizes = StorageResizes(before_resize=self.flush_fingerprints)
+        self._grown_storages = self.resizes.grown
         self._scratch = Scratch()  # the host fingerprints' temporary, reused
         # Fingerprints of views by (base's id, its version, the view's geometry and dtype): each call of a
         # Linear makes a fresh `t(weight)`, whose value is the same while the weight is unchanged.
@@ -371,7 +374,7 @@ class TraceRecorder(TorchDispatchMode):
         if written:
             storage[3] += 1
         garbage = False
-        if self.resizes.pending:
+        if self._grown_storages:  # `self.resizes.pending`, without a property call per tensor
             if mutated or written:
                 self.resizes.written(t)
             else:
@@ -720,7 +723,7 @@ class TraceRecorder(TorchDispatchMode):
             _set_eval_frame(prior)
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        info = None if self._internal else _op_info_of(func)
+        info = None if self._internal else (self._op_infos.get(id(func)) or self._op_info(func))
         if info is None or info.skipped or _inductor_benchmarking():
             if self._report_child is not None:  # a forked child's first op
                 report, self._report_child = self._report_child, None
@@ -779,6 +782,15 @@ class TraceRecorder(TorchDispatchMode):
         finally:
             self._internal = False
         return result
+
+    def _op_info(self, func: Any) -> _OpInfo:
+        """`_op_info_of(func)`, filed by the overload's id for the ops after it (an OpOverload hashes in Python:
+        the process-wide cache's lookup cost a Python call per op). Overloads live as long as the process, and
+        the table holds them besides."""
+        info = _op_info_of(func)
+        self._op_infos[id(func)] = info
+        self._op_overloads.append(func)
+        return info
 
     def _pending_collective_outputs(self, info: _OpInfo, returned: list[tuple[str, torch.Tensor]],
                                     arguments: set[int]) -> list[dict[str, Any]]:

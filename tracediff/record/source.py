@@ -78,8 +78,10 @@ class SourceFinder:
         # site-packages lives under the stdlib directory, but its third-party model
         # code (transformers' modeling_gpt2.py) is exactly what users want to see.
         self._skip_prefixes, self._stdlib, self._installed = _directories()
-        self._kind: dict[Any, int] = {}  # code object -> _GENERATED | _FX | _INTERNAL | _USER
-        self._locations: dict[tuple[Any, int], SourceLocation] = {}
+        # By the code object's id, holding the code object (so its id is not reused while filed): hashing a code
+        # object hashes its contents, constants included, for every frame of every op's walk.
+        self._kind: dict[int, tuple[Any, int]] = {}  # id(code) -> (code, _GENERATED | _FX | _INTERNAL | _USER)
+        self._locations: dict[tuple[int, int], tuple[Any, SourceLocation]] = {}  # (id(code), line) -> (code, ...)
         self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}
         # Generated wrapper files (inductor) -> line of a call -> the user source it came from.
         self._generated: dict[str, Callable[[int], SourceLocation | None]] = {}
@@ -91,23 +93,24 @@ class SourceFinder:
 
     def _kind_of(self, code: Any) -> int:
         """What a frame of `code` is to the walk: _GENERATED, _FX, _INTERNAL or _USER (cached per code object)."""
-        kind = self._kind.get(code)
-        if kind is None:
-            name = code.co_filename
-            if name in self._generated:
-                kind = _GENERATED
-            elif name.startswith(_FX_FRAME_PREFIX):
-                kind = _FX
-            elif (
-                name.startswith(self._skip_prefixes)
-                or (name.startswith(self._stdlib) and not name.startswith(self._installed))
-                or name.startswith("<")  # <frozen ...>, <string>, generated code
-                or "torchinductor_" in name  # inductor's generated wrapper modules
-            ):
-                kind = _INTERNAL
-            else:
-                kind = _USER
-            self._kind[code] = kind
+        known = self._kind.get(id(code))
+        if known is not None:
+            return known[1]
+        name = code.co_filename
+        if name in self._generated:
+            kind = _GENERATED
+        elif name.startswith(_FX_FRAME_PREFIX):
+            kind = _FX
+        elif (
+            name.startswith(self._skip_prefixes)
+            or (name.startswith(self._stdlib) and not name.startswith(self._installed))
+            or name.startswith("<")  # <frozen ...>, <string>, generated code
+            or "torchinductor_" in name  # inductor's generated wrapper modules
+        ):
+            kind = _INTERNAL
+        else:
+            kind = _USER
+        self._kind[id(code)] = (code, kind)
         return kind
 
     def find(self, frame: FrameType | None) -> tuple[SourceLocation | None, FxNodeInfo | None, bool]:
@@ -137,11 +140,13 @@ class SourceFinder:
 
     def _location(self, code: Any, line: int) -> SourceLocation:
         """The source line (cached: one object per code object and line)."""
-        key = (code, line)
-        location = self._locations.get(key)
-        if location is None:
-            path = code.co_filename
-            location = self._locations[key] = SourceLocation(path, line, linecache.getline(path, line).strip())
+        key = (id(code), line)
+        known = self._locations.get(key)
+        if known is not None:
+            return known[1]
+        path = code.co_filename
+        location = SourceLocation(path, line, linecache.getline(path, line).strip())
+        self._locations[key] = (code, location)
         return location
 
     def _fx_node_info(self, frame: FrameType) -> FxNodeInfo | None:

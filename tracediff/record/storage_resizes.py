@@ -25,8 +25,9 @@ class StorageResizes:
         # Called before every resize: work queued on the old memory must be launched before it is freed.
         self._before_resize = before_resize
         # Storages that grew, by their StorageImpl's address (shared by every view and Python wrapper of
-        # it): whether the recorder has counted the new value yet.
-        self._grown: dict[int, bool] = {}
+        # it): whether the recorder has counted the new value yet. Empty (`pending` False) almost always: the
+        # recorder tests the dict itself per tensor; it is never replaced, only changed.
+        self.grown: dict[int, bool] = {}
         self._original: Any = None
         self._owned_attribute = False  # the class had no `resize_` of its own: delete ours on exit
 
@@ -34,7 +35,7 @@ class StorageResizes:
         cls = torch.UntypedStorage
         self._owned_attribute = "resize_" not in cls.__dict__
         original = self._original = cls.resize_
-        grown = self._grown
+        grown = self.grown
         before_resize = self._before_resize
 
         def resize_(storage: torch.UntypedStorage, size: int) -> Any:
@@ -56,28 +57,28 @@ class StorageResizes:
         else:
             torch.UntypedStorage.resize_ = self._original  # type: ignore[method-assign]
         self._original = None
-        self._grown.clear()
+        self.grown.clear()
 
     @property
     def pending(self) -> bool:
         """Whether any storage is garbage now: the recorder's fast path asks only this."""
-        return bool(self._grown)
+        return bool(self.grown)
 
     def read(self, t: torch.Tensor) -> bool | None:
         """For a tensor about to be read: None when its storage holds what ops wrote; else whether this is the
         first read since the storage grew (False) or a later one (True), so the recorder counts one new value."""
         key = _storage_key(t)
-        if key is None or key not in self._grown:
+        if key is None or key not in self.grown:
             return None
-        counted = self._grown[key]
-        self._grown[key] = True
+        counted = self.grown[key]
+        self.grown[key] = True
         return counted
 
     def written(self, t: torch.Tensor) -> None:
         """An op wrote `t`: its storage holds the program's values again."""
         key = _storage_key(t)
         if key is not None:
-            self._grown.pop(key, None)
+            self.grown.pop(key, None)
 
 
 def _storage_key(t: torch.Tensor) -> int | None:
