@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
+
+from timing import timed_calls  # noqa: E402
 
 OLD_NAME = "tracediff_old"
 _IMPORT = re.compile(r"\b(from|import) tracediff\b")
@@ -95,14 +96,9 @@ def main() -> int:
             with sessions[name]():
                 fn()
                 sync()
-                times = []
-                for _ in range(options.calls):
-                    start = time.perf_counter()
-                    fn()
-                    host[name].append(time.perf_counter() - start)
-                    sync()
-                    times.append(time.perf_counter() - start)
-                total[name] += times
+                hosts, times = timed_calls(fn, sync, options.calls)
+            host[name] += hosts
+            total[name] += times
             medians[name] = statistics.median(times)
         rounds.append(medians)
         print(f"round {r}: " + "  ".join(f"{name} {ms * 1e3:.2f} ms" for name, ms in medians.items()), flush=True)

@@ -30,6 +30,7 @@ sys.path.insert(0, str(BENCH.parent))
 
 import torch  # noqa: E402
 from op_host_cost import RunEachOp, patched  # noqa: E402
+from timing import timed_calls  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
@@ -156,12 +157,9 @@ def main() -> int:
                 fn()
                 sync()
                 before = entered.recorder.ops + entered.recorder.kernels if name == "recorded" else 0
-                for _ in range(options.calls):
-                    start = time.perf_counter()
-                    fn()
-                    host[name].append(time.perf_counter() - start)
-                    sync()
-                    total[name].append(time.perf_counter() - start)
+                hosts, totals = timed_calls(fn, sync, options.calls)
+                host[name] += hosts
+                total[name] += totals
                 if name == "recorded":
                     records = (entered.recorder.ops + entered.recorder.kernels - before) / options.calls
     plain = statistics.median(total["plain"])
