@@ -18,13 +18,14 @@ import pstats
 import statistics
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
+
+from timing import timed_calls  # noqa: E402
 
 
 def main() -> int:
@@ -52,21 +53,9 @@ def main() -> int:
     sync = (lambda: torch.cuda.synchronize()) if options.device == "cuda" else (lambda: None)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-profile-")) / "t.jsonl"
 
-    host: list[float] = []  # until the call returns: on CUDA its work may still be queued
-
-    def timed(reps: int) -> list[float]:
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            host.append(time.perf_counter() - start)
-            sync()
-            times.append(time.perf_counter() - start)
-        return times
-
-    timed(2)  # warm-up (and the compile, with --compiled)
-    host.clear()
-    plain = timed(options.reps)
+    # Host times are until the call returns: on CUDA its work may still be queued.
+    timed_calls(fn, sync, 2)  # warm-up (and the compile, with --compiled)
+    host, plain = timed_calls(fn, sync, options.reps)
     host_plain = statistics.median(host)
     profile = cProfile.Profile()
     if options.compiled:
@@ -75,19 +64,18 @@ def main() -> int:
         torch._dynamo.reset()
     # One recording around warm-up, timed calls and the profiled call, as `tracediff run` records a script.
     with tracediff.record(trace) as session:
-        timed(2)
+        timed_calls(fn, sync, 2)
         records_before = session.recorder.ops + session.recorder.kernels
-        host.clear()
-        recorded = timed(options.reps)
+        host, recorded = timed_calls(fn, sync, options.reps)
         host_recorded = statistics.median(host)
         records = (session.recorder.ops + session.recorder.kernels - records_before) / options.reps
         profile.enable()
-        timed(1)
+        timed_calls(fn, sync, 1)
         profile.disable()
     if options.compiled:
         torch._dynamo.reset()
-        timed(1)
-    plain += timed(options.reps)
+        timed_calls(fn, sync, 1)
+    plain += timed_calls(fn, sync, options.reps)[1]
     p, r = statistics.median(plain), statistics.median(recorded)
     print(f"{options.workload} on {options.device}{' compiled' if options.compiled else ''}: plain {p * 1e3:.2f} ms, "
           f"recorded {r * 1e3:.2f} ms ({r / p:.2f}x), {records:.0f} records per call, "
