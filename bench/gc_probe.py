@@ -22,6 +22,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
+from timing import timed_calls  # noqa: E402
+
 CALLS = 20
 
 
@@ -66,14 +68,9 @@ def main() -> int:
             sync()
             for cell in spent.values():
                 cell[0], cell[1] = 0.0, 0
-            times = []
             gc.callbacks.append(clock)
             try:
-                for _ in range(CALLS):
-                    start = time.perf_counter()
-                    fn()
-                    sync()
-                    times.append(time.perf_counter() - start)
+                _, times = timed_calls(fn, sync, CALLS)
             finally:
                 gc.callbacks.remove(clock)
         print(f"  {label:9s} median {statistics.median(times) * 1e3:7.2f} ms per call; collections per call: "
