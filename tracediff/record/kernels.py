@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracediff.op_names import from_target
+from tracediff.record.identity import identity
 from tracediff.record.source import FusedSource, SourceLocation, clean_fx_module_path
 
 if TYPE_CHECKING:
@@ -326,7 +327,7 @@ class KernelCapture:
                 namespace[name] = self._cpp_launcher(kernel, name, params, info)
         for name, value in list(namespace.items()):
             if type(value).__name__ in ("CachingAutotuner", "StaticTritonCompileResult") or hasattr(value, "triton_meta"):
-                self._triton[id(value)] = (info, name)
+                self._triton[identity(value)] = (info, name)
 
     def _cpp_launcher(self, kernel: Callable[..., Any], name: str, params: list[str], info: GraphKernels) -> Callable[..., Any]:
         capture = self
@@ -342,14 +343,14 @@ class KernelCapture:
         capture = self
 
         def run(autotuner: Any, *args: Any, **kwargs: Any) -> Any:
-            known = capture._triton.get(id(autotuner))
+            known = capture._triton.get(identity(autotuner))
             if known is None:
                 return original(autotuner, *args, **kwargs)
             info, name = known
             site = info.site_handles.get(sys._getframe(1).f_lineno)
-            arg_names = capture._triton_arg_names.get(id(autotuner))
+            arg_names = capture._triton_arg_names.get(identity(autotuner))
             if arg_names is None:
-                arg_names = capture._triton_arg_names[id(autotuner)] = _triton_arg_names(autotuner)
+                arg_names = capture._triton_arg_names[identity(autotuner)] = _triton_arg_names(autotuner)
             return capture._record_launch(lambda *a, **k: original(autotuner, *a, **k), name, site, info,
                                           list(zip(arg_names, args)), args, kwargs)
 
@@ -378,7 +379,7 @@ class KernelCapture:
                        root: str | None) -> tuple[list[dict[str, Any]], FusedSource]:
         """The records of the ops a launch fuses and their source, shared by every launch from that site
         (nothing changes a record once made)."""
-        key = (id(info), name, site, root)
+        key = (identity(info), name, site, root)
         known = self._fused.get(key)
         if known is None:
             fuses = [op.as_record(root) for op in info.fused_ops(name, site)]

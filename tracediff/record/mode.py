@@ -36,6 +36,7 @@ from tracediff.record.device_fingerprints import DeviceFingerprints
 from tracediff.record.fingerprint import PLAIN_TENSORS, Scratch, fingerprint, has_data, is_zero_tensor
 from tracediff.record.functorch import outside_transforms, transforms_involved
 from tracediff.record.held_gc import HeldRecordsAllowance
+from tracediff.record.identity import identity
 from tracediff.record.modules import ModuleStack
 from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
@@ -316,7 +317,7 @@ class TraceRecorder(TorchDispatchMode):
         self._report_child: Callable[[], None] | None = None
         # Per-op and per-tensor facts that never change, worked out once (names are strings).
         self._names: dict[torch.dtype | torch.device, str] = {}  # dtypes' and devices' names
-        self._op_infos: dict[int, _OpInfo] = {}  # by id(op overload), see _op_info
+        self._op_infos: dict[int, _OpInfo] = {}  # by identity(op overload), see _op_info
         self._op_overloads: list[Any] = []  # the overloads filed there, held so that their ids stay theirs
         # CUDA fingerprints are computed on the device and read in batches; records
         # that hold one wait here, in order, until it is filled (see _emit).
@@ -456,8 +457,8 @@ class TraceRecorder(TorchDispatchMode):
         kernels bump it themselves), the counter already names the new value."""
         written = []
         for name, t, is_written, _ in tensor_args:
-            if is_written and id(t) not in returned:
-                counted = _version(t) != versions_before[id(t)]
+            if is_written and identity(t) not in returned:
+                counted = _version(t) != versions_before[identity(t)]
                 written.append(dict(self._describe(name, t, take_fingerprint=False, written=not counted), unread=True))
         return written
 
@@ -723,7 +724,7 @@ class TraceRecorder(TorchDispatchMode):
             _set_eval_frame(prior)
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        info = None if self._internal else (self._op_infos.get(id(func)) or self._op_info(func))
+        info = None if self._internal else (self._op_infos.get(identity(func)) or self._op_info(func))
         if info is None or info.skipped or _inductor_benchmarking():
             if self._report_child is not None:  # a forked child's first op
                 report, self._report_child = self._report_child, None
@@ -736,8 +737,8 @@ class TraceRecorder(TorchDispatchMode):
         self._internal = True
         try:
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
-            # Tensors the op writes (in-place self, out= buffers), by Python id, with their versions before.
-            written = {id(t): _version(t) for _, t, w, _ in tensor_args if w} if info.writes else {}
+            # Tensors the op writes (in-place self, out= buffers), by identity (record/identity.py), with their versions before.
+            written = {identity(t): _version(t) for _, t, w, _ in tensor_args if w} if info.writes else {}
             if written and self.device_fingerprints is not None:  # a queued tensor can change only by a write
                 self.device_fingerprints.before_op([t for _, t, is_written, _ in tensor_args if is_written])
             if info.host_wait is not None and self._held and _waits_for_device(info, args, kwargs):
@@ -762,7 +763,7 @@ class TraceRecorder(TorchDispatchMode):
             if info.collective == "wait":
                 self._in_flight.difference_update(self._entry(t)[0] for _, t in returned)
             if info.collective in ("work", "functional"):
-                outputs = self._pending_collective_outputs(info, returned, {id(t) for _, t, _, _ in tensor_args})
+                outputs = self._pending_collective_outputs(info, returned, {identity(t) for _, t, _, _ in tensor_args})
             elif info.returns_views and not info.reorders and tensor_args and inputs[0]["v"] is not None:
                 # Not a transpose: its statistics come without their sketch (`same_as`), which its first read
                 # as a view takes.
@@ -771,9 +772,9 @@ class TraceRecorder(TorchDispatchMode):
                                           view_version=version if _is_alias_of(t, source) else None)
                            for name, t in returned]
             else:
-                outputs = [self._describe(name, t, mutated=id(t) in written, same_as=same_as) for name, t in returned]
+                outputs = [self._describe(name, t, mutated=identity(t) in written, same_as=same_as) for name, t in returned]
             if written:
-                outputs += self._unreturned_writes(tensor_args, {id(t) for _, t in returned}, written)
+                outputs += self._unreturned_writes(tensor_args, {identity(t) for _, t in returned}, written)
             if info.uninitialized or info.scratch_outputs:
                 for out in outputs:
                     if info.uninitialized or out["a"] in info.scratch_outputs:
@@ -784,11 +785,11 @@ class TraceRecorder(TorchDispatchMode):
         return result
 
     def _op_info(self, func: Any) -> _OpInfo:
-        """`_op_info_of(func)`, filed by the overload's id for the ops after it (an OpOverload hashes in Python:
+        """`_op_info_of(func)`, filed by the overload's identity for the ops after it (an OpOverload hashes in Python:
         the process-wide cache's lookup cost a Python call per op). Overloads live as long as the process, and
         the table holds them besides."""
         info = _op_info_of(func)
-        self._op_infos[id(func)] = info
+        self._op_infos[identity(func)] = info
         self._op_overloads.append(func)
         return info
 
@@ -798,7 +799,7 @@ class TraceRecorder(TorchDispatchMode):
         or the network may be writing them). A tensor the collective writes in place (an argument it
         returns) gets a new value the version counter does not count, so the op that reads it after the
         wait reads (and fingerprints) the new value, not the one the collective was given."""
-        outputs = [dict(self._describe(name, t, take_fingerprint=False, written=id(t) in arguments), unread=True)
+        outputs = [dict(self._describe(name, t, take_fingerprint=False, written=identity(t) in arguments), unread=True)
                    for name, t in returned]
         if info.collective == "functional":  # in flight until `wait_tensor` returns it
             self._in_flight.update(out["id"] for out in outputs)
@@ -806,8 +807,12 @@ class TraceRecorder(TorchDispatchMode):
 
     def _write_op(self, info: _OpInfo, args: tuple, kwargs: dict, inputs: list, outputs: list) -> None:
         # From the caller's frame, never a fixed depth above it: an op of autograd's device thread (a CUDA
-        # backward) reaches `__torch_dispatch__` from C++, with no Python frame above it.
-        source, fx, from_compiled_graph = self.sources.find(sys._getframe(1))
+        # backward) reaches `__torch_dispatch__` from C++, with no Python frame above it. The walk starts past
+        # `_dispatch`'s caller (`__torch_dispatch__`, or a subclass's `_dispatch`): both are tracediff's, and reading
+        # a frame's code is an audit event (record/identity.py), which `f_back` is not.
+        dispatch = sys._getframe(1)
+        caller = dispatch.f_back
+        source, fx, from_compiled_graph = self.sources.find(caller.f_back if caller is not None else None)
         node = torch._C._current_autograd_node()
         if node is None:
             self.backward_sources.forward_op(source)

@@ -38,8 +38,8 @@ class ModuleStack:
 
     def __init__(self) -> None:
         self._names: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
-        # (module path, first sequence number of its call, id of the module: what its exit hook matches)
-        self._stack: list[tuple[str, int, int]] = []
+        # (module path, first sequence number of its call, the module: what its exit hook matches by identity)
+        self._stack: list[tuple[str, int, torch.nn.Module]] = []
         self._by_sequence: OrderedDict[int, str] = OrderedDict()
         self._handles: list[Any] = []
         # Module calls on other threads are not this recording's (the dispatch mode is thread-local).
@@ -77,16 +77,15 @@ class ModuleStack:
     def _enter(self, module: torch.nn.Module, _inputs: Any) -> None:
         if self._ignored(module):
             return
-        self._stack.append((self.name_of(module), torch._C._autograd._get_sequence_nr(), id(module)))
+        self._stack.append((self.name_of(module), torch._C._autograd._get_sequence_nr(), module))
 
     def _exit(self, module: torch.nn.Module, _inputs: Any, _outputs: Any) -> None:
         if not self._stack or self._ignored(module):
             return
         # Pop to this module's entry (a module that raised may have left inner entries behind).
-        key = id(module)  # the module is alive in its own hook: its id is its entry's
         while self._stack:
-            name, first, entry_key = self._stack.pop()
-            if entry_key == key:
+            name, first, entered = self._stack.pop()
+            if entered is module:
                 break
         else:
             return

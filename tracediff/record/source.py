@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from tracediff.record.identity import identity
+
 _FX_FRAME_PREFIX = "<eval_with_key>"
 # What a stack frame's code object is to the walk for the user's line.
 _GENERATED, _FX, _INTERNAL, _USER = 0, 1, 2, 3
@@ -78,22 +80,26 @@ class SourceFinder:
         # site-packages lives under the stdlib directory, but its third-party model
         # code (transformers' modeling_gpt2.py) is exactly what users want to see.
         self._skip_prefixes, self._stdlib, self._installed = _directories()
-        # By the code object's id, holding the code object (so its id is not reused while filed): hashing a code
-        # object hashes its contents, constants included, for every frame of every op's walk.
-        self._kind: dict[int, tuple[Any, int]] = {}  # id(code) -> (code, _GENERATED | _FX | _INTERNAL | _USER)
-        self._locations: dict[tuple[int, int], tuple[Any, SourceLocation]] = {}  # (id(code), line) -> (code, ...)
+        # By the code object's identity (record/identity.py), holding the code object (so it is not reused while
+        # filed): hashing a code object hashes its contents, constants included, for every frame of every op's walk.
+        self._kind: dict[int, tuple[Any, int]] = {}  # identity(code) -> (code, _GENERATED | _FX | _INTERNAL | _USER)
+        self._locations: dict[tuple[int, int], tuple[Any, SourceLocation]] = {}  # (identity(code), line) -> (code, ...)
         self._fx_line_cache: dict[tuple[int, int], FxNodeInfo | None] = {}
         # Generated wrapper files (inductor) -> line of a call -> the user source it came from.
         self._generated: dict[str, Callable[[int], SourceLocation | None]] = {}
+        # The globals of modules whose code is internal (torch's, the standard library's), by identity -> the dict:
+        # a frame running with them is skipped without reading its `f_code`, an audit event (record/identity.py).
+        self._internal_modules: dict[int, dict[str, Any]] = {}
 
     def register_generated(self, filename: str, lookup: Callable[[int], SourceLocation | None]) -> None:
         """Resolve frames in generated code `filename` through `lookup(line)` (e.g. inductor provenance)."""
         self._generated[filename] = lookup
         self._kind.clear()  # code objects of that file were classified before it was known
+        self._internal_modules.clear()
 
     def _kind_of(self, code: Any) -> int:
         """What a frame of `code` is to the walk: _GENERATED, _FX, _INTERNAL or _USER (cached per code object)."""
-        known = self._kind.get(id(code))
+        known = self._kind.get(identity(code))
         if known is not None:
             return known[1]
         name = code.co_filename
@@ -110,7 +116,7 @@ class SourceFinder:
             kind = _INTERNAL
         else:
             kind = _USER
-        self._kind[id(code)] = (code, kind)
+        self._kind[identity(code)] = (code, kind)
         return kind
 
     def find(self, frame: FrameType | None) -> tuple[SourceLocation | None, FxNodeInfo | None, bool]:
@@ -118,10 +124,18 @@ class SourceFinder:
         from a compiled graph's own record of its lines: FX node meta or inductor provenance, which
         name the forward line of a backward graph's ops already)."""
         fx: FxNodeInfo | None = None
+        internal_modules = self._internal_modules
         while frame is not None:
+            module_globals = frame.f_globals
+            if identity(module_globals) in internal_modules:
+                frame = frame.f_back
+                continue
             code = frame.f_code
             kind = self._kind_of(code)
             if kind == _INTERNAL:
+                # Code of the module file its globals came from: every frame with those globals is that module's.
+                if code.co_filename == module_globals.get("__file__"):
+                    internal_modules[identity(module_globals)] = module_globals
                 frame = frame.f_back
                 continue
             if kind == _USER:
@@ -140,7 +154,7 @@ class SourceFinder:
 
     def _location(self, code: Any, line: int) -> SourceLocation:
         """The source line (cached: one object per code object and line)."""
-        key = (id(code), line)
+        key = (identity(code), line)
         known = self._locations.get(key)
         if known is not None:
             return known[1]
@@ -153,7 +167,7 @@ class SourceFinder:
         gm = frame.f_locals.get("self")
         if not isinstance(gm, torch.fx.GraphModule):
             return None
-        key = (id(gm), frame.f_lineno)
+        key = (identity(gm), frame.f_lineno)
         if key in self._fx_line_cache:
             return self._fx_line_cache[key]
         info = None

@@ -3,10 +3,10 @@
 torch's WeakTensorKeyDictionary builds a key object per lookup and compares
 keys through Python methods: about five Python calls per lookup, and the
 recorder looks tensors up several times per op. Here a lookup is one dict
-get by `id(t)` and one weak reference call. An entry leaves when its tensor
-dies (the weak reference's callback), before its id can be reused; the check
-that the reference still points at `t` guards against an id reused all the
-same.
+get by `identity(t)` (record/identity.py: `id(t)` without its audit event)
+and one weak reference call. An entry leaves when its tensor dies (the weak
+reference's callback), before its identity can be reused; the check that the
+reference still points at `t` guards against an identity reused all the same.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import weakref
 from typing import Any, Generic, TypeVar
 
 import torch
+
+from tracediff.record.identity import identity
 
 V = TypeVar("V")
 
@@ -40,14 +42,14 @@ class TensorTable(Generic[V]):
         return self._forget
 
     def get(self, t: torch.Tensor) -> V | None:
-        found = self._data.get(id(t))
+        found = self._data.get(identity(t))
         if found is not None and found[0]() is t:
             return found[1]
         return None
 
     def set(self, t: torch.Tensor, value: V) -> None:
         ref = _KeyedRef(t, self._forget)
-        ref.key = id(t)
+        ref.key = identity(t)
         self._data[ref.key] = (ref, value)
 
 

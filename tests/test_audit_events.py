@@ -1,0 +1,56 @@
+"""Recording raises few audit events per op (record/identity.py): where a Python audit hook is installed (filelock
+4 installs one on Python 3.12 and later, and torch imports filelock), each event is a Python call."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tracediff.record.identity import identity
+
+_COUNT_EVENTS = """
+import collections, sys, torch, tracediff
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+x = torch.randn(8, 16)
+counting = [False]
+events = collections.Counter()
+def count(event, args):
+    if counting[0]:
+        events[event] += 1
+sys.addaudithook(count)
+def counted():
+    events.clear()
+    counting[0] = True
+    model(x)
+    counting[0] = False
+    return dict(events)
+plain = counted()
+with tracediff.record(sys.argv[1]) as session:
+    model(x)
+    before = session.recorder.ops
+    recorded = counted()
+    ops = session.recorder.ops - before
+print(repr((plain, recorded, ops)))
+"""
+
+
+def test_identity_names_a_live_object_as_id_does() -> None:
+    a, b = object(), [1]
+    assert identity(a) == identity(a) and identity(a) != identity(b)
+    assert identity(b) == object.__hash__(b)  # a list is unhashable; its identity is not
+
+
+def test_a_recorded_op_raises_at_most_two_audit_events_and_no_id(tmp_path: Path) -> None:
+    """Before, the recorder's `id()` calls and frame walk raised about seventeen events per op. A fresh
+    interpreter: the hook stays installed for the process's life."""
+    script = tmp_path / "count_events.py"  # a file: the walk for the user's line stops at its frames
+    script.write_text(_COUNT_EVENTS)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "t.jsonl")], capture_output=True,
+                            text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr[-2000:]
+    plain, recorded, ops = eval(result.stdout.strip().splitlines()[-1])  # noqa: S307 - our own child's repr
+    assert ops >= 4
+    assert recorded.get("builtins.id", 0) == plain.get("builtins.id", 0)
+    added = sum(recorded.values()) - sum(plain.values())
+    assert added <= 2 * ops, (recorded, plain, ops)  # the frame, and the code of the line recorded
