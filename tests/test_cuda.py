@@ -284,6 +284,34 @@ def test_the_kernel_reads_each_float_dtype_as_it_is_and_matches_the_host(dtype, 
     assert max(abs(a - b) for a, b in zip(fp["sk"], host["sk"])) <= 1e-5 * max(host["l2"], 1.0)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(-3000, 9000, device="cuda") * 7,  # int64, more than a period
+    lambda: torch.randint(-50, 50, (300,), device="cuda", dtype=torch.int32),
+    lambda: torch.rand(5000, device="cuda") > 0.3,  # bool
+    lambda: torch.randn(700, dtype=torch.complex64, device="cuda"),
+])
+def test_integer_bool_and_complex_tensors_are_read_by_the_kernel_and_match_the_host(make) -> None:
+    """They go to the kernel as `as_real`'s floats (integers' float64 copy), not through a dozen torch ops: one
+    launch, and the host's fingerprint (integers' sums exactly: every partial sum is an integer below 2**53)."""
+    from unittest import mock
+
+    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprint import fingerprint
+
+    t = make()
+    device = DeviceFingerprints()
+    with mock.patch("tracediff.record.device_fingerprints._torch_partials") as torch_ops:
+        fp = device.submit(t)
+        device.finish()
+    assert not torch_ops.mock_calls
+    host = fingerprint(t.cpu())
+    assert (fp["nan"], fp["inf"], fp["n"]) == (host["nan"], host["inf"], host["n"])
+    exact = not (t.is_complex() or t.is_floating_point())
+    for key in ("sum", "l1", "l2", "max"):
+        assert fp[key] == host[key] if exact and key != "l2" else abs(fp[key] - host[key]) <= 1e-6 * max(host["l1"], 1.0)
+    assert max(abs(a - b) for a, b in zip(fp["sk"], host["sk"])) <= (0 if exact else 1e-5 * max(host["l2"], 1.0))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_the_kernel_counts_subnormal_values_and_signed_zeros_as_the_host_does(dtype) -> None:
     """The kernel takes |x|'s maximum on float32 bits and tests for NaN and Inf in float32: a tensor of values

@@ -140,3 +140,22 @@ def test_sketches_of_another_width_compare_on_the_sums_they_share() -> None:
     old = dict(fa, sk=fa["sk"][:4])
     assert fa["sk"][:4] == old["sk"]  # the first four sums are the ones a four-sum sketch held
     assert sketch_distance(old, fb) == pytest.approx(sketch_distance(dict(fa, sk=fa["sk"][:4]), dict(fb, sk=fb["sk"][:4])))
+
+
+@pytest.mark.parametrize("value", [
+    torch.tensor(3.5), torch.tensor([-2.25]), torch.tensor([[1.5]], dtype=torch.float16), torch.tensor(0.1, dtype=torch.bfloat16),
+    torch.tensor(7), torch.tensor(2**60 + 1), torch.tensor(True), torch.tensor(-0.0), torch.tensor(1e200, dtype=torch.float64),
+    torch.tensor(float("nan")), torch.tensor(float("-inf")), torch.tensor(1 + 2j),
+])
+def test_a_one_element_tensor_gets_the_fingerprint_the_torch_ops_give(value: torch.Tensor) -> None:
+    """A scalar's fingerprint is worked out from its value in Python (a dozen torch ops cost 40 us): the same
+    numbers as the torch ops' path, which a two-element tensor holding it and a zero still takes."""
+    fp = fingerprint(value)
+    assert fp is not None
+    padded = fingerprint(torch.cat([value.reshape(-1), torch.zeros(1, dtype=value.dtype)]))  # position 1 adds nothing
+    assert padded is not None
+    for key in ("sum", "l1", "l2", "max", "nan", "inf"):
+        assert fp[key] == padded[key], key
+    assert fp["n"] == padded["n"] - (2 if value.is_complex() else 1)
+    if not (value.is_complex() or fp["nan"] or fp["inf"]):  # one real element: each signed sum is its value, signed
+        assert fp["sk"] == [sign * fp["sum"] for sign in sketch_signs()[0].tolist()]

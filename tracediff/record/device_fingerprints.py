@@ -175,8 +175,8 @@ def _kernel_input(t: torch.Tensor) -> tuple[torch.Tensor, Layout | None] | None:
     (no layout), or a strided view past STRIDED_READ_BYTES (its layout); a smaller strided view's contiguous
     copy (one copy costs the host less than the torch ops' path); or None where the kernel cannot read it. The
     kernel reads memory by address: a wrapper subclass's (a functional collective's AsyncCollectiveTensor, still
-    in flight) is not its data, so such tensors, and any other it cannot read, go through torch's ops (after
-    `as_real`)."""
+    in flight) is not its data, so such tensors go through torch's ops. `submit` asks again for `as_real(t)`, an
+    integer or complex tensor's floats."""
     if not _kernel_reads(t):
         return None
     if t.is_contiguous():
@@ -236,7 +236,15 @@ class DeviceFingerprints:
         stream; the returned dict is filled when the batch is read (an empty tensor's at once)."""
         launch = self._launch
         readable = _kernel_input(t) if launch is not None else None
-        x, layout = readable if readable is not None else (as_real(t), None)
+        if readable is None:
+            # Integers and bools as their float64 copy (exact up to 2**53: the values the host reads), complex
+            # tensors as their real and imaginary parts: the kernel reads those too, where twelve torch ops took
+            # 80 us of host time per tensor (GPT-2's position ids).
+            real = as_real(t)
+            readable = _kernel_input(real) if launch is not None else None
+            x, layout = readable if readable is not None else (real, None)
+        else:
+            x, layout = readable
         n = x.numel()
         if n == 0:
             return empty_fingerprint()
