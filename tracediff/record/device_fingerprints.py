@@ -226,6 +226,8 @@ class DeviceFingerprints:
         # The streams (raw handle: device) that fingerprints of the open batch were launched on.
         self._streams: dict[int, int] = {}
         self._cuda_batches = False  # a batch of CUDA fingerprints was sealed (see busy_marker)
+        # (placeholder, its copy to fill once it is filled, the statistic left out): see `derive`.
+        self._derived: deque[tuple[Fingerprint, Fingerprint, str]] = deque()
 
     @property
     def uses_triton(self) -> bool:
@@ -276,6 +278,22 @@ class DeviceFingerprints:
         if len(self._slots) == self.batch:
             self.seal()
         return placeholder
+
+    def derive(self, source: Fingerprint, without: str) -> Fingerprint:
+        """A placeholder filled with `source`'s statistics but `without` once `source`, a placeholder submitted
+        before, is filled: a transposed view's fingerprint is its base's less the order-dependent sketch, known
+        without reading the view (GPT-2's attention transposes four tensors per layer)."""
+        derived: Fingerprint = {}
+        self._derived.append((source, derived, without))
+        return derived
+
+    def _fill_derived(self) -> None:
+        # Oldest first: each one's source was submitted before it was derived, so the sources of the records
+        # `resolved` releases are filled, and their copies with them.
+        pending = self._derived
+        while pending and pending[0][0]:
+            source, derived, without = pending.popleft()
+            derived.update({key: value for key, value in source.items() if key != without})  # type: ignore[typeddict-item]
 
     def submit_to_queue(self, t: torch.Tensor) -> Fingerprint | None:
         """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller
@@ -386,6 +404,7 @@ class DeviceFingerprints:
         self._sealed.popleft()
         for (placeholder, n), stats in zip(batch.slots, batch.host.tolist()):
             placeholder.update(from_stats(stats, n))
+        self._fill_derived()
         self.resolved += len(batch.slots)
         self.fetches += 1
 

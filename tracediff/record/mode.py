@@ -19,7 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
@@ -344,7 +344,7 @@ class TraceRecorder(TorchDispatchMode):
     # -- tensors ---------------------------------------------------------------
 
     def _describe(self, arg: str, t: torch.Tensor, take_fingerprint: bool = True, mutated: bool = False,
-                  written: bool = False, same_as: dict[str, Any] | None = None,
+                  written: bool = False, same_as: Fingerprint | None = None,
                   view_version: int | None = None) -> dict[str, Any]:
         """Metadata and fingerprint of one tensor.
 
@@ -608,7 +608,7 @@ class TraceRecorder(TorchDispatchMode):
         while self._held:
             self.writer.write(self._held.popleft()[0])
 
-    def _layout_view_fingerprint(self, info: _OpInfo, inputs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _layout_view_fingerprint(self, info: _OpInfo, inputs: list[dict[str, Any]]) -> Fingerprint | None:
         """The input's fingerprint for a layout-only view op (`info.layout_view`, which the caller checks: most ops
         are not one), or None in exact mode (a hash depends on order)."""
         if self.exact or not inputs:
@@ -617,8 +617,9 @@ class TraceRecorder(TorchDispatchMode):
         if fp is None or not info.reorders:
             return fp
         if "n" in fp:  # every statistic but the order-dependent sketch
-            return {k: v for k, v in fp.items() if k != "sk"}
-        return None  # a device fingerprint still on its way: the view gets its own
+            return cast(Fingerprint, {k: v for k, v in fp.items() if k != "sk"})
+        # A device fingerprint still on its way: the same, once it comes.
+        return self.device_fingerprints.derive(fp, "sk") if self.device_fingerprints is not None else None
 
     def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]], written: bool = False) -> list[dict[str, Any]]:
         """Describe tensors from outside dispatch (regions, kernels) without recording our own ops.
