@@ -97,7 +97,7 @@ def test_recording_makes_no_host_sync_per_op(tmp_path) -> None:
         finally:
             torch.cuda.set_sync_debug_mode(0)
         device = session.recorder.device_fingerprints
-        assert device is not None and device.submitted > 50
+        assert device is not None and device.submitted >= 40  # each op's output at least: ten rounds of four ops
         assert device.fetches == 0 and device.resolved == 0  # fewer than a batch: read only at the end
     assert device.fetches == 1 and not device.pending
     _, records = read_trace(tmp_path / "t.jsonl")
