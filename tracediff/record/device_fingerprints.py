@@ -293,7 +293,8 @@ class DeviceFingerprints:
         pending = self._derived
         while pending and pending[0][0]:
             source, derived, without = pending.popleft()
-            derived.update({key: value for key, value in source.items() if key != without})  # type: ignore[typeddict-item]
+            statistics = {key: value for key, value in source.items() if key != without}
+            derived.update(statistics)  # type: ignore[typeddict-item]
 
     def submit_to_queue(self, t: torch.Tensor) -> Fingerprint | None:
         """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller

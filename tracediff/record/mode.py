@@ -318,7 +318,7 @@ class TraceRecorder(TorchDispatchMode):
         # Per-op and per-tensor facts that never change, worked out once (names are strings).
         self._names: dict[torch.dtype | torch.device, str] = {}  # dtypes' and devices' names
         self._op_infos: dict[int, _OpInfo] = {}  # by identity(op overload), see _op_info
-        self._op_overloads: list[Any] = []  # the overloads filed there, held so that their ids stay theirs
+        self._op_overloads: list[Any] = []  # the overloads filed there, held so that their identities stay theirs
         # CUDA fingerprints are computed on the device and read in batches; records
         # that hold one wait here, in order, until it is filled (see _emit).
         self.device_fingerprints: DeviceFingerprints | None = None
@@ -738,7 +738,8 @@ class TraceRecorder(TorchDispatchMode):
         self._internal = True
         try:
             inputs = [self._describe(name, t, not out) for name, t, _, out in tensor_args]
-            # Tensors the op writes (in-place self, out= buffers), by identity (record/identity.py), with their versions before.
+            # Tensors the op writes (in-place self, out= buffers), by identity (record/identity.py), with their
+            # versions before.
             written = {identity(t): _version(t) for _, t, w, _ in tensor_args if w} if info.writes else {}
             if written and self.device_fingerprints is not None:  # a queued tensor can change only by a write
                 self.device_fingerprints.before_op([t for _, t, is_written, _ in tensor_args if is_written])
@@ -773,7 +774,8 @@ class TraceRecorder(TorchDispatchMode):
                                           view_version=version if _is_alias_of(t, source) else None)
                            for name, t in returned]
             else:
-                outputs = [self._describe(name, t, mutated=identity(t) in written, same_as=same_as) for name, t in returned]
+                outputs = [self._describe(name, t, mutated=identity(t) in written, same_as=same_as)
+                           for name, t in returned]
             if written:
                 outputs += self._unreturned_writes(tensor_args, {identity(t) for _, t in returned}, written)
             if info.uninitialized or info.scratch_outputs:
