@@ -159,3 +159,18 @@ def test_a_one_element_tensor_gets_the_fingerprint_the_torch_ops_give(value: tor
     assert fp["n"] == padded["n"] - (2 if value.is_complex() else 1)
     if not (value.is_complex() or fp["nan"] or fp["inf"]):  # one real element: each signed sum is its value, signed
         assert fp["sk"] == [sign * fp["sum"] for sign in sketch_signs()[0].tolist()]
+
+
+def test_the_scratch_hands_out_its_buffer_again_and_fingerprints_stay_right() -> None:
+    from tracediff.record.fingerprint import Scratch
+
+    scratch = Scratch(limit_bytes=1 << 20)
+    first = scratch.take(5000, torch.float32, Scratch.ABS)
+    assert scratch.take(5000, torch.float32, Scratch.ABS) is first  # the same view, no slice
+    other = scratch.take(5000, torch.float64, Scratch.ABS)
+    assert other is not first and other.dtype == torch.float64 and other.numel() == 5000
+    assert scratch.take(300_000, torch.float32, Scratch.ABS).numel() == 300_000  # past the limit: a fresh tensor
+    torch.manual_seed(0)
+    tensors = [torch.randn(5000), torch.randn(5000) * 3, torch.randn(70, 80).t(), torch.randn(9000)]
+    for t in tensors:
+        assert fingerprint(t, scratch=scratch) == fingerprint(t), t.shape
