@@ -2,6 +2,7 @@
 
     python bench/sample_record.py hf_gpt2                    # CPU
     python bench/sample_record.py hf_gpt2 --device cuda --calls 80
+    python bench/sample_record.py hf_gpt2 --device cuda --compiled   # inductor, compiled inside the recording
 
 Times plain calls, then records `--calls` calls in one session while a CPU-time timer (SIGPROF, every
 `--interval` ms) samples the Python stack. Prints the share of samples per function executing ("leaf": time in
@@ -67,13 +68,15 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=60, help="recorded calls sampled")
     parser.add_argument("--interval", type=float, default=0.2, help="ms of CPU time between samples")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--compiled", action="store_true",
+                        help="torch.compile (inductor) the workload; it compiles inside the recording, so no plain calls")
     options = parser.parse_args()
     import torch
     import workloads
 
     import tracediff
 
-    fn = workloads.make(options.workload, device=options.device)
+    fn = workloads.make(options.workload, device=options.device, compiled=options.compiled)
     cuda = options.device.startswith("cuda")
 
     def call() -> float:
@@ -85,11 +88,12 @@ def main() -> int:
             torch.cuda.synchronize()
         return host
 
-    for _ in range(3):
-        call()
-    start = time.perf_counter()
-    plain_host = sum(call() for _ in range(20)) / 20
-    print(f"plain: {(time.perf_counter() - start) / 20 * 1e3:.2f} ms per call, host {plain_host * 1e3:.2f} ms")
+    if not options.compiled:  # a compiled workload's kernels are recorded only if it compiles in the recording
+        for _ in range(3):
+            call()
+        start = time.perf_counter()
+        plain_host = sum(call() for _ in range(20)) / 20
+        print(f"plain: {(time.perf_counter() - start) / 20 * 1e3:.2f} ms per call, host {plain_host * 1e3:.2f} ms")
     samples = Samples()
     with tracediff.record(Path(tempfile.mkdtemp()) / "sampled.jsonl"):
         for _ in range(3):
