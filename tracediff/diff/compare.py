@@ -100,13 +100,6 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
     return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, noise, above, ok and by_noise, times_allowed)
 
 
-def without_sketch(fp: dict[str, Any]) -> dict[str, Any]:
-    """`fp` but its sketch: for a generated kernel's buffer, whose nominal layout (the tensor object
-    the wrapper passes) need not be the order the kernel writes (a reused buffer reinterpreted),
-    so only the order-free statistics mean the same as the eager tensor's."""
-    return {k: v for k, v in fp.items() if k != "sk"} if "sk" in fp else fp
-
-
 def sketch_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     """||a - b|| estimated from the two sketches (record/fingerprint.py), or None without both. Sketches of
     different widths (traces recorded before the sketch widened) share their first sums: those are used."""

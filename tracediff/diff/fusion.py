@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracediff.diff.compare import without_sketch
 from tracediff.diff.noise import paired_tensors, relative_noise
+from tracediff.trace.schema import without_sketch
 
 PRECISION = "precision"
 WRONG_RESULT = "wrong_result"

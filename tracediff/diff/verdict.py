@@ -41,7 +41,7 @@ from typing import Any
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies
-from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints, without_sketch
+from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.nan import NanOrigin
@@ -52,7 +52,7 @@ from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, chain_op, kernel_origin, op_line_key
 from tracediff.op_names import base_op, short
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, without_sketch
 
 # Bounds: producers remembered for the walk back, nodes visited per walk,
 # echoes counted before pass 2 stops reading.
@@ -707,7 +707,7 @@ class _Comparer:
               kernel: bool = False) -> tuple[list[TensorDiff], int]:
         """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff,
         `passed` every agreeing pair with its comparison. `kernel`: one side is a generated kernel's
-        buffers, compared without the order-dependent sketch (compare.without_sketch)."""
+        buffers, compared without the order-dependent sketch (trace/schema.py's without_sketch)."""
         op = ra.get("op") or ra.get("name") or ""
         out: list[TensorDiff] = []
         compared = 0

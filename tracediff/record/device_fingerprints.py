@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
-from tracediff.trace.schema import Fingerprint
+from tracediff.trace.schema import Fingerprint, without_sketch
 
 if TYPE_CHECKING:  # importing it needs Triton
     from tracediff.record.fingerprint_kernel import Launcher, Layout
@@ -226,8 +226,9 @@ class DeviceFingerprints:
         # The streams (raw handle: device) that fingerprints of the open batch were launched on.
         self._streams: dict[int, int] = {}
         self._cuda_batches = False  # a batch of CUDA fingerprints was sealed (see busy_marker)
-        # (placeholder, its copy to fill once it is filled, the statistic left out): see `derive`.
-        self._derived: deque[tuple[Fingerprint, Fingerprint, str]] = deque()
+        # (placeholder, the placeholder to fill with its statistics less the sketch once it is filled): see
+        # `derive_without_sketch`.
+        self._derived: deque[tuple[Fingerprint, Fingerprint]] = deque()
 
     @property
     def uses_triton(self) -> bool:
@@ -279,12 +280,12 @@ class DeviceFingerprints:
             self.seal()
         return placeholder
 
-    def derive(self, source: Fingerprint, without: str) -> Fingerprint:
-        """A placeholder filled with `source`'s statistics but `without` once `source`, a placeholder submitted
-        before, is filled: a transposed view's fingerprint is its base's less the order-dependent sketch, known
-        without reading the view (GPT-2's attention transposes four tensors per layer)."""
+    def derive_without_sketch(self, source: Fingerprint) -> Fingerprint:
+        """A placeholder filled with `without_sketch(source)` once `source`, a placeholder submitted before, is
+        filled: a transposed view's fingerprint, known without reading the view (GPT-2's attention transposes four
+        tensors per layer)."""
         derived: Fingerprint = {}
-        self._derived.append((source, derived, without))
+        self._derived.append((source, derived))
         return derived
 
     def _fill_derived(self) -> None:
@@ -292,9 +293,8 @@ class DeviceFingerprints:
         # `resolved` releases are filled, and their copies with them.
         pending = self._derived
         while pending and pending[0][0]:
-            source, derived, without = pending.popleft()
-            statistics = {key: value for key, value in source.items() if key != without}
-            derived.update(statistics)  # type: ignore[typeddict-item]
+            source, derived = pending.popleft()
+            derived.update(without_sketch(source))
 
     def submit_to_queue(self, t: torch.Tensor) -> Fingerprint | None:
         """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller

@@ -19,7 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
@@ -42,7 +42,7 @@ from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
 from tracediff.record.storage_resizes import StorageResizes
 from tracediff.record.tensor_table import TensorTable
-from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint
+from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint, without_sketch
 from tracediff.trace.writer import TraceWriter
 
 # Ops that mark profiler ranges or are tracediff's own bookkeeping, not computation.
@@ -617,9 +617,9 @@ class TraceRecorder(TorchDispatchMode):
         if fp is None or not info.reorders:
             return fp
         if "n" in fp:  # every statistic but the order-dependent sketch
-            return cast(Fingerprint, {k: v for k, v in fp.items() if k != "sk"})
+            return without_sketch(fp)
         # A device fingerprint still on its way: the same, once it comes.
-        return self.device_fingerprints.derive(fp, "sk") if self.device_fingerprints is not None else None
+        return self.device_fingerprints.derive_without_sketch(fp) if self.device_fingerprints is not None else None
 
     def describe_tensors(self, named: Iterable[tuple[str, torch.Tensor]], written: bool = False) -> list[dict[str, Any]]:
         """Describe tensors from outside dispatch (regions, kernels) without recording our own ops.

@@ -127,7 +127,8 @@ class SourceFinder:
         internal_modules = self._internal_modules
         while frame is not None:
             module_globals = frame.f_globals
-            if identity(module_globals) in internal_modules:
+            module_key = identity(module_globals)
+            if module_key in internal_modules:
                 frame = frame.f_back
                 continue
             code = frame.f_code
@@ -135,7 +136,7 @@ class SourceFinder:
             if kind == _INTERNAL:
                 # Code of the module file its globals came from: every frame with those globals is that module's.
                 if code.co_filename == module_globals.get("__file__"):
-                    internal_modules[identity(module_globals)] = module_globals
+                    internal_modules[module_key] = module_globals
                 frame = frame.f_back
                 continue
             if kind == _USER:

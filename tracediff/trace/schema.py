@@ -55,7 +55,8 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict, TypeVar, cast
 
 SCHEMA_VERSION = 2
 
@@ -83,6 +84,17 @@ class Fingerprint(TypedDict, total=False):
     n: int  # elements
     sk: list[float]  # the sketch: SKETCH_WIDTH signed sums, whose difference estimates an L2 distance
     hash: str  # `--exact` only: a hash of the bytes
+
+
+_Statistics = TypeVar("_Statistics", bound=Mapping[str, Any])
+
+
+def without_sketch(fp: _Statistics) -> _Statistics:
+    """`fp` but its order-dependent sketch (`fp` itself when it has none): what the same values in another order
+    share with it. The recorder gives a transposed view its base's fingerprint so; the diff compares a generated
+    kernel's buffer so, whose nominal layout (the tensor object the wrapper passes) need not be the order the
+    kernel writes (a reused buffer reinterpreted)."""
+    return cast(_Statistics, {k: v for k, v in fp.items() if k != "sk"}) if "sk" in fp else fp
 
 
 class Tensor(TypedDict, total=False):
