@@ -7,7 +7,9 @@ sketch from a float32 fold into 4099 column sums, summed on in float64: errors
 of a few float32 ulps of `l1` and `l2`, far below any float32 tolerance),
 float64 for float64, integer and bool tensors; smaller tensors in float64.
 NaN/Inf tensors are re-read in float64 (schema 2; schema 1 made a float64 copy
-of every tensor, four times the memory traffic):
+of every tensor, four times the memory traffic). On CPU the same statistics come
+from one pass in C that sums everything in double (record/host_stats.py), where
+a C compiler can build it; these torch ops are its fallback:
 
   sum   sum of finite elements        (signed: catches sign and offset errors)
   l1    sum of |x| over finite ones   (scale, the denominator of relative diffs)
@@ -44,6 +46,8 @@ import math
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from tracediff.record import host_stats
+from tracediff.record.host_stats import HostStats
 from tracediff.trace.schema import Fingerprint
 
 # Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
@@ -221,13 +225,13 @@ class Scratch:
 
 
 def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = None) -> Fingerprint | None:
-    """Fingerprint of one tensor, read on the host (one `.tolist()`), or None when
-    it has no data to read.
+    """Fingerprint of one tensor, read on the host, or None when it has no data to read.
 
-    Fast path: in the accumulation dtype, |x| once, then sum, sum of |x|,
-    max and (squared in place) sum of squares, fetched together. A non-finite
-    result means NaN/Inf elements (or float32 overflow): then the statistics
-    are taken again in float64 over the finite elements, with the counts.
+    Fast path: a CPU tensor's statistics in one pass of the compiled C function (its float32 or float64 copy
+    where it is strided or of another dtype); else by torch ops in the accumulation dtype, |x| once, then sum,
+    sum of |x|, max and (squared in place) sum of squares, fetched together by one `.tolist()`. A non-finite
+    result means NaN/Inf elements (or overflow): then the statistics are taken again in float64 over the finite
+    elements, with the counts.
     """
     if not has_data(t):
         return None
@@ -245,12 +249,14 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
     if n == 0:
         fp = empty_fingerprint()
     else:
+        compiled = _compiled_stats() if x.is_cpu else None
         if n == 1:  # a scalar (a loss, a step count, an index): its value is its fingerprint
             stats = _one_element_stats(float(x.item()))
-        elif n <= SKETCH_PERIOD:
-            stats = _small_stats(x)
+        elif compiled is not None:
+            flat = as_real(x) if scratch is None else scratch.flat_real(x)
+            stats = (compiled.stats(flat) if compiled.reads(flat) else None) or _torch_stats(flat, scratch)
         else:
-            stats = _large_stats(as_real(x) if scratch is None else scratch.flat_real(x), scratch)
+            stats = _torch_stats(x, scratch)
         s, l1, sq, mx, *sk = stats
         if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
             fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
@@ -259,6 +265,20 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
     if exact:
         fp["hash"] = content_hash(t)
     return fp
+
+
+def _torch_stats(x: torch.Tensor, scratch: Scratch | None) -> list[float]:
+    """[sum, l1, sum of squares, max |x|, *sketch] of real `x` by torch ops (any device)."""
+    if x.numel() <= SKETCH_PERIOD:
+        return _small_stats(x)
+    return _large_stats(as_real(x) if scratch is None else scratch.flat_real(x), scratch)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_stats() -> HostStats | None:
+    """The one-pass C statistics for CPU tensors (record/host_stats.py), built on first use; None where they
+    cannot be built (the torch ops serve then)."""
+    return host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu"))
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,0 +1,188 @@
+"""The one-pass C statistics for CPU fingerprints (record/host_stats.py): the torch ops' numbers, threads or
+not, the non-finite path, and the fallbacks where no compiler builds them."""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tracediff.record import host_stats
+from tracediff.record.fingerprint import (
+    SKETCH_PERIOD,
+    SKETCH_WIDTH,
+    Scratch,
+    _compiled_stats,
+    _sum_and_sketch_weights,
+    _torch_stats,
+    as_real,
+    fingerprint,
+)
+
+needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                    reason="no C compiler: fingerprints take the torch ops")
+
+SIZES = [2, 7, 100, SKETCH_PERIOD, SKETCH_PERIOD + 1, 3 * SKETCH_PERIOD, 3 * SKETCH_PERIOD + 11,
+         host_stats.THREADS_FROM + 5, 1 << 20]
+
+
+def _close(compiled: list[float], reference: list[float], rel: float) -> None:
+    """Each statistic within `rel` of its scale: l1, the sum of squares and max their own; the sum and the
+    sketch, which may cancel to near zero, l1."""
+    scale = abs(reference[1]) + 1e-30
+    assert len(compiled) == len(reference) == 4 + SKETCH_WIDTH
+    for index, (a, b) in enumerate(zip(compiled, reference)):
+        bound = rel * (abs(b) if index in (1, 2, 3) else scale)
+        assert abs(a - b) <= bound, (index, a, b)
+
+
+@needs_compiler
+def test_the_compiled_statistics_are_built_here() -> None:
+    # CI has a compiler: the C path, not the fallback, is what the rest of the suite records with.
+    assert _compiled_stats() is not None
+
+
+@needs_compiler
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_statistics_equal_the_torch_ops(n: int, dtype: torch.dtype) -> None:
+    compiled = _compiled_stats()
+    assert compiled is not None
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3 + 0.5).to(dtype)
+    got = compiled.stats(x)
+    assert got is not None
+    # float32 tensors past one period: the torch ops sum in float32 (a few ulps), the C function in double.
+    rel = 1e-5 if dtype == torch.float32 and n > SKETCH_PERIOD else 1e-12
+    _close(got, _torch_stats(x, None), rel)
+    assert got[3] == x.abs().max().item()  # max is exact either way
+
+
+@needs_compiler
+def test_the_threaded_split_gives_the_single_thread_numbers() -> None:
+    compiled = _compiled_stats()
+    assert compiled is not None
+    x = torch.randn(3_000_017, dtype=torch.float64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = compiled.stats(x)
+        torch.set_num_threads(max(2, before))
+        several = compiled.stats(x)
+    finally:
+        torch.set_num_threads(before)
+    assert one is not None and several is not None
+    _close(several, one, 1e-12)
+    assert several[3] == one[3]
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int64, torch.bool, torch.complex64])
+def test_other_dtypes_reach_the_compiled_statistics_through_their_copy(dtype: torch.dtype) -> None:
+    x = torch.randn(5000) * 10
+    t = x.to(dtype) if dtype != torch.complex64 else torch.complex(x, -x)
+    fp = fingerprint(t, scratch=Scratch())
+    reference = _torch_stats(as_real(t), None)
+    assert fp is not None
+    _close([fp["sum"], fp["l1"], fp["l2"] ** 2, fp["max"], *fp["sk"]], reference, 1e-6)
+
+
+@needs_compiler
+@pytest.mark.parametrize("n", [50, 3 * SKETCH_PERIOD + 5, host_stats.THREADS_FROM * 2])
+def test_nan_and_inf_take_the_non_finite_path_with_their_counts(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(n)
+    x[3], x[n // 2], x[-1] = float("nan"), float("inf"), float("-inf")
+    compiled = fingerprint(x)
+    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprint"), "_compiled_stats", lambda: None)
+    reference = fingerprint(x)
+    assert compiled == reference  # the non-finite path is the torch ops' in both
+    assert compiled is not None and (compiled["nan"], compiled["inf"]) == (1, 2)
+
+
+@needs_compiler
+def test_max_of_signed_zeros_subnormals_and_huge_values() -> None:
+    compiled = _compiled_stats()
+    assert compiled is not None
+    tiny = torch.finfo(torch.float32).tiny / 8  # subnormal
+    x = torch.tensor([-0.0, tiny, -3.0e38, 2.5, -tiny], dtype=torch.float32)
+    stats = compiled.stats(x)
+    assert stats is not None and stats[3] == x.abs().max().item()
+    assert stats[1] == sum(abs(v) for v in x.tolist())
+    zeros = compiled.stats(torch.tensor([-0.0, 0.0, -0.0]))
+    assert zeros is not None and zeros[3] == 0.0 and zeros[1] == 0.0
+
+
+@needs_compiler
+def test_a_recording_reads_strided_and_contiguous_tensors_alike() -> None:
+    x = torch.randn(64, 300)
+    scratch = Scratch()
+    assert fingerprint(x.t(), scratch=scratch) == fingerprint(x.t().contiguous(), scratch=scratch)
+
+
+def _stats_in_child(x: torch.Tensor, queue: multiprocessing.Queue) -> None:
+    compiled = _compiled_stats()  # the parent's, inherited
+    queue.put(None if compiled is None else compiled.stats(x))  # no torch op here: those hang too (below)
+
+
+@needs_compiler
+def test_a_forked_child_computes_them_without_the_parents_threads() -> None:
+    """libgomp is not fork-safe: a child that starts a parallel region after its parent did waits forever on
+    threads it does not have. torch's own ops do (a parallel `sum` in the child of a parent that made one hangs,
+    on torch 2.13 here), so the recorder's children run their ops one-threaded (DataLoader workers set it);
+    the compiled statistics must not start threads there either, whatever `torch.get_num_threads()` says."""
+    compiled = _compiled_stats()
+    assert compiled is not None
+    x = torch.arange(1 << 20, dtype=torch.float32)
+    parent = compiled.stats(x)  # the threaded split, in this process: libgomp's pool now exists here
+    assert torch.get_num_threads() > 1 or os.cpu_count() == 1
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_stats_in_child, args=(x, queue))
+    child.start()
+    child.join(timeout=60)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0, "the child hung or died computing statistics after fork"
+    got = queue.get(timeout=5)
+    assert got is not None and parent is not None
+    _close(got, parent, 1e-12)
+
+
+def test_torch_ops_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEDIFF_HOST_FINGERPRINT", "torch")
+    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu")) is None
+
+
+def test_no_compiler_means_the_torch_ops(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing to run here
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("TRACEDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(host_stats.BuildError):
+        host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH)
+    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu")) is None
+
+
+def test_a_failing_compiler_means_the_torch_ops(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    failing = tmp_path / "cc"
+    failing.write_text("#!/bin/sh\necho 'cc: error: no' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setenv("CC", str(failing))
+    monkeypatch.setenv("TRACEDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(host_stats.BuildError, match="no"):
+        host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH)
+    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu")) is None
+    assert not [p for p in (tmp_path / "cache").iterdir() if p.suffix == ".so"]  # nothing half-built left
+
+
+@needs_compiler
+def test_the_cache_builds_once(tmp_path: Path) -> None:
+    first = host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH, cache=tmp_path)
+    stamp = first.stat().st_mtime_ns
+    again = host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH, cache=tmp_path)
+    assert again == first and again.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no build directory left behind
+    assert os.access(first, os.R_OK)

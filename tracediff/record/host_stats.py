@@ -1,0 +1,142 @@
+"""A CPU tensor's fingerprint statistics in one pass, by a small C function compiled on first use.
+
+The torch ops of `fingerprint._large_stats` read a large tensor about eight times and dispatch a dozen ops; on
+the recorded CPU GPT-2 of `make bench` (2 layers, width 256, batch 4 x 128) they were 17 of a call's 28 ms
+of recording cost. `host_stats.c` reads the tensor once (BENCHMARKS.md section 7, "Ninth pass"). It is
+compiled with the system's C compiler (the one inductor's CPU backend needs too; no torch headers, so well
+under a second) into a cache directory and loaded with ctypes. Where there is no compiler, the compile fails,
+or TRACEDIFF_HOST_FINGERPRINT=torch, fingerprints take the torch ops as before: the same statistics, within
+float32 rounding.
+
+Where torch's libgomp is loaded (Linux builds of torch), it is built with OpenMP and bound to that library
+(never a second OpenMP runtime with threads of its own), so tensors of `THREADS_FROM` elements or more are
+split over torch's own thread pool, `torch.get_num_threads()` wide. Only in the process that loaded it: a forked child inherits no pool threads, and libgomp would wait on
+them.
+
+The shared object is named by a digest of its source, the compile command and the machine, so an edited
+source or another compiler builds anew, and concurrent recordings each write their own file and rename it
+into place (atomic), never loading a half-written one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("host_stats.c")
+# Reassociation, so the sums vectorize; no -ffast-math, whose finite-math assumption could fold NaN checks away.
+_FLAGS = ["-O3", "-fPIC", "-shared", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math"]
+_COMPILE_SECONDS = 120
+# Elements from which a tensor is split over threads: below, starting them costs more than they save (a
+# tensor just written by a torch op, 2 cores: 32768 elements 21 us either way, 131072 54 -> 37 us).
+THREADS_FROM = 1 << 16
+
+
+class HostStats:
+    """`stats(x)`: [sum, l1, sum of squares, max |x|, *sketch] of a flat contiguous float32 or float64 CPU tensor,
+    as `fingerprint._small_stats` computes them (NaN or Inf make some of them non-finite, as there)."""
+
+    def __init__(self, library: ctypes.CDLL, weights: torch.Tensor, width: int, threaded: bool) -> None:
+        self._weights = weights  # held: the C function reads its memory
+        self._width = width
+        self._threads_in = os.getpid() if threaded else None
+        self._by_dtype = {}
+        for dtype, name in ((torch.float32, "tracediff_stats_f32"), (torch.float64, "tracediff_stats_f64")):
+            function = getattr(library, name)
+            function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+            function.restype = ctypes.c_int
+            self._by_dtype[dtype] = function
+
+    def reads(self, x: torch.Tensor) -> bool:
+        """Whether `stats` takes `x` as it is: flat-readable float32 or float64 on the host."""
+        return x.dtype in self._by_dtype and x.is_cpu and x.is_contiguous()
+
+    def stats(self, x: torch.Tensor) -> list[float] | None:
+        """The statistics of `x` (which `reads`), or None where the C function could not allocate its folds."""
+        n = x.numel()
+        threads = torch.get_num_threads() if n >= THREADS_FROM and self._threads_in == os.getpid() else 1
+        out = (ctypes.c_double * (4 + self._width))()
+        if self._by_dtype[x.dtype](x.data_ptr(), n, threads, self._weights.data_ptr(), out) != 0:
+            return None
+        return out[:]
+
+
+class BuildError(Exception):
+    """The C compiler is missing or failed."""
+
+
+def load(period: int, width: int, weights: torch.Tensor) -> HostStats | None:
+    """The compiled statistics for a sketch of `width` sums of `period` signs (`weights`: [1 + width, period]
+    float64, a row of ones then the signs), or None where they cannot be built here (the torch ops serve then)."""
+    if os.environ.get("TRACEDIFF_HOST_FINGERPRINT", "") == "torch":
+        return None
+    for threaded in ((True, False) if _torch_libgomp_loaded() else (False,)):
+        try:
+            library = ctypes.CDLL(str(build(period, width, threaded=threaded)))
+        except (OSError, subprocess.SubprocessError, BuildError):
+            continue
+        return HostStats(library, weights.contiguous(), width, threaded)
+    return None
+
+
+def build(period: int, width: int, threaded: bool = False, cache: Path | None = None) -> Path:
+    """The shared object for this source, compile command and machine: from the cache, else compiled into it.
+    `threaded`: with OpenMP, its runtime's symbols left unresolved (no libgomp named), to be bound at load time
+    to the one torch has loaded; where none is loaded globally, loading it fails."""
+    compiler = _compiler()
+    command = [compiler, *_FLAGS, f"-DPERIOD={period}", f"-DWIDTH={width}"]
+    if threaded:
+        command.append("-fopenmp")
+    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
+        command.append("-DTRACEDIFF_CLONES")
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(repr((command, platform.machine(), sys.platform)).encode())
+    directory = cache or cache_directory()
+    target = directory / f"host_stats-{digest.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as work:
+        objects, partial = os.path.join(work, "host_stats.o"), os.path.join(work, target.name)
+        # Compiled, then linked without -fopenmp: that would name the system's libgomp, a second runtime.
+        for step in ([*command, "-c", str(SOURCE), "-o", objects], [compiler, "-shared", objects, "-o", partial]):
+            done = subprocess.run(step, capture_output=True, text=True, timeout=_COMPILE_SECONDS)
+            if done.returncode != 0:
+                raise BuildError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+        os.replace(partial, target)
+    return target
+
+
+def cache_directory() -> Path:
+    """$TRACEDIFF_CACHE_DIR, else tracediff/ under $XDG_CACHE_HOME or ~/.cache."""
+    explicit = os.environ.get("TRACEDIFF_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tracediff"
+
+
+def _compiler() -> str:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and (path := shutil.which(name)):
+            return path
+    raise BuildError("no C compiler (cc, gcc or clang) on PATH")
+
+
+def _torch_libgomp_loaded() -> bool:
+    """Whether this process has a libgomp mapped (torch's, on Linux builds): only then is an OpenMP build
+    tried."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libgomp" in line for line in maps)
+    except OSError:
+        return False
