@@ -15,8 +15,10 @@ import torch
 
 from tests.synth import TraceBuilder
 from tracediff.config import Config
+from tracediff.diff.compare import compare_fingerprints
 from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
+from tracediff.record.fingerprint import fingerprint
 
 X = torch.linspace(-1, 1, 32).reshape(2, 16)
 W = torch.linspace(0.5, 1.5, 256).reshape(16, 16)
@@ -132,3 +134,62 @@ def test_an_eager_op_with_identical_inputs_and_other_outputs_is_blamed(tmp_path:
         builder.op("aten::mul.Tensor", [t("W", W), t("W2", W, "other")], [t("WW", W * W * scale, "0")], src="opt.py:50")
     first = _report(*(b.close() for b in builders))["first_divergence"]
     assert (first["op"], first["source"], first["note"]) == ("aten::mul.Tensor", "opt.py:50", "inputs agree, outputs differ")
+
+
+def _product_with_factor_off(relative_in: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x (4 x 64), W (64 x 64), and x moved by `relative_in` of its norm along the direction W stretches
+    most, x chosen so that most of x @ W cancels: the move shows larger, relative to x @ W (as attention's
+    q k^T on CPU under inductor: factors 8.3e-5 off, scores 1.35e-4 off)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 64, generator=gen, dtype=torch.float64)
+    w = torch.randn(64, 64, generator=gen, dtype=torch.float64)
+    x = x - 0.9 * (x @ w) @ torch.linalg.pinv(w)  # most of x @ W cancelled away: a product of small norm
+    direction = torch.linalg.svd(w).U[:, 0].expand(4, 64)  # each row along W's top left singular vector
+    step = relative_in * x.norm() / direction.norm()
+    return x.float(), (x + step * direction).float(), w.float()
+
+
+def _product_program(builder: TraceBuilder, x: torch.Tensor, w: torch.Tensor, exit_with_product: bool,
+                     product_fault: float = 1.0) -> Path:
+    """A compiled region: x (computed inside it), h = x @ W; its exit is x or h."""
+    t = builder.tensor
+    builder.region("enter", [t("x0", X, "in0")])
+    builder.op("aten::mul.Tensor", [t("x0", X), t("c", torch.ones(1), "other")], [t("x", x, "0")], src="m.py:9")
+    h = (x @ w) * product_fault
+    builder.op("aten::mm", [t("x", x), t("W", w, "mat2")], [t("h", h, "0")], src="m.py:10")
+    builder.region("exit", [t("h", h, "out0") if exit_with_product else t("x", x, "out0")])
+    return builder.close()
+
+
+def _product_pair(tmp_path: Path, exit_with_product: bool, product_fault: float = 1.0) -> dict:
+    x, moved, w = _product_with_factor_off(relative_in=6e-5)
+    # The premise, on the fingerprints themselves: x agrees within the tolerance, x @ W is barely beyond it.
+    tolerance = Config().tolerance_for("float32", "aten::mm", None)
+    assert compare_fingerprints(fingerprint(x), fingerprint(moved), tolerance).ok
+    out = compare_fingerprints(fingerprint(x @ w), fingerprint(moved @ w), tolerance)
+    assert not out.ok and out.times_allowed < 2.0, out
+    a = _product_program(TraceBuilder(tmp_path / "a.jsonl"), x, w, exit_with_product)
+    b = _product_program(TraceBuilder(tmp_path / "b.jsonl", "inductor"), moved, w, exit_with_product, product_fault)
+    return _report(a, b)
+
+
+def test_a_product_amplifying_its_factors_differences_within_its_reach_is_a_match(tmp_path: Path) -> None:
+    """Was (transformer_encoder.py under inductor on CPU): DIVERGED at bmm, barely beyond the tolerance."""
+    report = _product_pair(tmp_path, exit_with_product=False)
+    assert report["verdict"] == "match" and report["exit_code"] == 0, report["first_divergence"]
+    note = next(n for n in report["notes"] if "amplified" in n)
+    assert "aten::mm at m.py:10" in note and "a matrix product whose output differs by" in note
+
+
+def test_a_product_amplifying_into_the_region_output_diverges_there(tmp_path: Path) -> None:
+    report = _product_pair(tmp_path, exit_with_product=True)
+    first = report["first_divergence"]
+    assert report["exit_code"] == 1 and (first["op"], first["source"]) == ("aten::mm", "m.py:10")
+    assert "a matrix product whose output differs by" in first["note"]
+
+
+def test_a_product_off_by_more_than_its_factors_can_make_is_blamed(tmp_path: Path) -> None:
+    """The same factors, the product 1% off in B: far beyond the tolerance, an ordinary fault at the mm."""
+    report = _product_pair(tmp_path, exit_with_product=False, product_fault=1.01)
+    first = report["first_divergence"]
+    assert report["exit_code"] == 1 and (first["op"], first["note"]) == ("aten::mm", "inputs agree, outputs differ")

@@ -186,3 +186,17 @@ def test_the_cache_builds_once(tmp_path: Path) -> None:
     assert again == first and again.stat().st_mtime_ns == stamp
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no build directory left behind
     assert os.access(first, os.R_OK)
+
+
+def test_a_functional_tensor_is_not_read_and_leaves_the_scratch_alone() -> None:
+    """AOT autograd traces with FunctionalTensors, and the recorder's mode may see those ops (DDP under
+    aot_eager did): reading one traced ops into the graph, and a scratch buffer they touched became a fake
+    graph constant ("Unexpected fake buffer _tensor_constant0")."""
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    scratch = Scratch()
+    with FunctionalTensorMode():
+        wrapped = FunctionalTensor.to_functional(torch.randn(40, 50).t())
+        assert isinstance(wrapped, FunctionalTensor)
+        assert fingerprint(wrapped, scratch=scratch) is None
+    assert scratch._buffers == [None, None]

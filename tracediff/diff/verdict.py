@@ -40,7 +40,7 @@ from typing import Any
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
-from tracediff.diff.amplified import Amplified, Amplifier, amplifies
+from tracediff.diff.amplified import BARELY_BEYOND, Amplified, Amplifier, amplifies
 from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
@@ -981,7 +981,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         elif out_diffs and not in_diffs:
             worst = _worst(out_diffs)
             mismatch = _inputs_mismatch(ra, rb, by_name)
-            why = None if mismatch or worst.comparison.nonfinite else amplifies(ra, rb, passed, seen_regions and not open_regions)
+            why = (None if mismatch or worst.comparison.nonfinite
+                   else amplifies(ra, rb, passed, seen_regions and not open_regions, worst))
             if mismatch:  # never claim agreement of inputs that could not be compared
                 note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
                         f"{Place.of(rb).op} (other shapes or dtypes)")
@@ -1058,15 +1059,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
 # Outputs this far apart (relative) are other quantities, not one value computed otherwise.
 _OTHER_QUANTITY = 0.5
 
-# A difference under this many times what the tolerance allows may be one that agreed within it a
-# moment before: a sum of sub-tolerance differences crossing the line, not a change made there.
-_BARELY_BEYOND = 2.0
-
-
 def _barely_beyond(d: Divergence) -> bool:
-    """`d`'s difference is barely beyond the tolerance (see `_BARELY_BEYOND`)."""
+    """`d`'s difference is barely beyond the tolerance (`BARELY_BEYOND` times what it allows): it may be one that
+    agreed within it a moment before, a sum of sub-tolerance differences crossing the line, not a change made there."""
     return (d.kind == "output" and d.worst is not None and not d.worst.comparison.nonfinite
-            and d.worst.comparison.times_allowed < _BARELY_BEYOND)
+            and d.worst.comparison.times_allowed < BARELY_BEYOND)
 
 
 def _unsure_if_barely_beyond(d: Divergence) -> Divergence:

@@ -45,6 +45,7 @@ import math
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 from tracediff.record import host_stats
 from tracediff.record.host_stats import HostStats
@@ -117,8 +118,10 @@ def has_data(t: torch.Tensor) -> bool:
         return not t.is_meta and not torch._is_functional_tensor(t)
     if t.is_meta or t.device.type == "meta":
         return False
-    # FakeTensor and other wrapper subclasses carry no storage we may read.
-    if isinstance(t, FakeTensor):
+    # FakeTensor and other wrapper subclasses carry no storage we may read. A FunctionalTensor (AOT autograd's
+    # tracing, where the recorder's mode may still see ops) wraps a functional, usually fake, tensor: an op on it
+    # is traced into the graph, and a scratch buffer it touched would become one of the graph's constants.
+    if isinstance(t, (FakeTensor, FunctionalTensor)):
         return False
     return not torch._is_functional_tensor(t)
 
@@ -215,8 +218,8 @@ class Scratch:
         accumulation dtype made in the COPY slot (complex and quantized tensors: as `as_real` makes it)."""
         x = t.detach()
         dtype = accumulation_dtype(x.dtype)
-        if x.is_complex() or x.is_quantized or x.is_cuda:
-            return as_real(x)
+        if x.is_complex() or x.is_quantized or x.is_cuda or type(x) not in PLAIN_TENSORS:
+            return as_real(x)  # a subclass's ops may be traced or redirected: none of them touches the buffers
         if x.dtype == dtype and x.is_contiguous():
             return x.view(-1)  # what `as_real` returns here, without its checks
         copy = self.take(x.numel(), dtype, self.COPY)
