@@ -40,7 +40,7 @@ from typing import Any
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
-from tracediff.diff.amplified import BARELY_BEYOND, Amplified, Amplifier, amplifies
+from tracediff.diff.amplified import BARELY_BEYOND, Amplified, Amplifier, amplifies, within_a_products_reach
 from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
@@ -948,7 +948,12 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     walker.unknown(ra, candidate=False, compared=True)
                 elif ra["t"] == REGION and bad and all(origins := [amplified.origin(t) for t in bad]):
                     # Amplified noise changes the program's results beyond the tolerance: never a match.
-                    result.first = _amplified_reached(ra, rb, origins[0], out_diffs)  # type: ignore[arg-type]
+                    if origins[0].reported_as is not None:  # type: ignore[union-attr]
+                        # Where its sign only kept a close case from failing a match: as it would have been on the
+                        # spot, with the loose entry it read then.
+                        result.first, first_entry = origins[0].reported_as  # type: ignore[union-attr]
+                    else:
+                        result.first = _amplified_reached(ra, rb, origins[0], out_diffs)  # type: ignore[arg-type]
                 else:
                     bad = [t for t in bad if amplified.origin(t) is None]
                     if ra["t"] == OP:
@@ -981,8 +986,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         elif out_diffs and not in_diffs:
             worst = _worst(out_diffs)
             mismatch = _inputs_mismatch(ra, rb, by_name)
-            why = (None if mismatch or worst.comparison.nonfinite
-                   else amplifies(ra, rb, passed, seen_regions and not open_regions, worst))
+            why = None if mismatch or worst.comparison.nonfinite else amplifies(ra, rb, passed, seen_regions and not open_regions)
+            reach = None if why or mismatch or worst.comparison.nonfinite else within_a_products_reach(ra, passed, worst)
             if mismatch:  # never claim agreement of inputs that could not be compared
                 note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
                         f"{Place.of(rb).op} (other shapes or dtypes)")
@@ -998,9 +1003,17 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 loose_entries.carry(ra, [*_differing(ra, out_diffs), *_moved(out_passed)], first_entry)
                 walker.unknown(ra, candidate=False, compared=True)
             else:
-                result.first = _unsure_if_inputs_moved(
+                on_the_spot = _unsure_if_inputs_moved(
                     Divergence(_kind(worst), Place.of(ra), Place.of(rb), (Place.of(ra),), worst, True,
                                "inputs agree, outputs differ"), passed)
+                if reach is None:
+                    result.first = on_the_spot
+                else:  # judged by whether it reaches a region's exit; if it does, reported as on the spot
+                    amplified.mark(_differing(ra, out_diffs),
+                                   Amplifier(Place.of(ra), Place.of(rb), worst, reach,
+                                             reported_as=(on_the_spot, first_entry)))
+                    loose_entries.carry(ra, [*_differing(ra, out_diffs), *_moved(out_passed)], first_entry)
+                    walker.unknown(ra, candidate=False, compared=True)
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
             tolerance_of = partial(comparer.precision.of, op=ra["op"], module=ra.get("m"))
