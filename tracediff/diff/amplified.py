@@ -92,7 +92,9 @@ def within_a_products_reach(ra: dict[str, Any], passed: Iterable[tuple[dict, dic
     """Why a matrix product's output difference, barely beyond the tolerance, may come from its factors'
     differences within it, or None. Such a product is not blamed unless its difference reaches a compiled
     region's output beyond the tolerance; then it is reported as it would have been on the spot (verdict.py),
-    where the walk back may still name the op that made its factors' difference. At first order ||d(AB)|| <= ||dA|| ||B|| + ||A|| ||dB|| in Frobenius
+    where the walk back may still name the op that made its factors' difference.
+
+    At first order ||d(AB)|| <= ||dA|| ||B|| + ||A|| ||dB|| in Frobenius
     norms (per batch, then by Cauchy-Schwarz over a batch), so the output's relative difference is at most
     (rel A + rel B) ||A|| ||B|| / ||AB||, which cancellation in the product makes large (attention's q k^T
     on CPU under inductor: factors 8.3e-5 off, scores 1.35e-4 off, 1.3 times float32's rtol). The fingerprints'

@@ -986,8 +986,9 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
         elif out_diffs and not in_diffs:
             worst = _worst(out_diffs)
             mismatch = _inputs_mismatch(ra, rb, by_name)
-            why = None if mismatch or worst.comparison.nonfinite else amplifies(ra, rb, passed, seen_regions and not open_regions)
-            reach = None if why or mismatch or worst.comparison.nonfinite else within_a_products_reach(ra, passed, worst)
+            judged = not (mismatch or worst.comparison.nonfinite)
+            why = amplifies(ra, rb, passed, seen_regions and not open_regions) if judged else None
+            reach = within_a_products_reach(ra, passed, worst) if judged and why is None else None
             if mismatch:  # never claim agreement of inputs that could not be compared
                 note = (f"outputs differ; its inputs cannot be compared one to one with those of B's "
                         f"{Place.of(rb).op} (other shapes or dtypes)")
