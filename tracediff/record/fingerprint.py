@@ -252,10 +252,9 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
     if n == 0:
         fp = empty_fingerprint()
     else:
-        compiled = _compiled_stats() if x.is_cpu else None
         if n == 1:  # a scalar (a loss, a step count, an index): its value is its fingerprint
             stats = _one_element_stats(float(x.item()))
-        elif compiled is not None:
+        elif x.is_cpu and (compiled := _compiled_stats()) is not None:
             flat = as_real(x) if scratch is None else scratch.flat_real(x)
             stats = (compiled.stats(flat) if compiled.reads(flat) else None) or _torch_stats(flat, scratch)
         else:

@@ -9,8 +9,9 @@
    fingerprint never promised (they are compared with a tolerance). NaN and Inf still propagate into the sums,
    which is how the caller knows to take the non-finite path.
 
-   Built with -fopenmp where torch's own libgomp is loaded: the shared object then binds to that library (the
-   same soname), so a large tensor's rows are split over torch's warm thread pool, as its own ops split them. */
+   Built with -fopenmp where torch's own libgomp is loaded, and linked without naming any libgomp: the loader
+   binds its OpenMP calls to torch's, so a large tensor's rows are split over torch's warm thread pool, as its
+   own ops split them. */
 
 #include <math.h>
 #include <stdint.h>

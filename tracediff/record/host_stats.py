@@ -10,8 +10,8 @@ float32 rounding.
 
 Where torch's libgomp is loaded (Linux builds of torch), it is built with OpenMP and bound to that library
 (never a second OpenMP runtime with threads of its own), so tensors of `THREADS_FROM` elements or more are
-split over torch's own thread pool, `torch.get_num_threads()` wide. Only in the process that loaded it: a forked child inherits no pool threads, and libgomp would wait on
-them.
+split over torch's own thread pool, `torch.get_num_threads()` wide. Only in the process that loaded it: a
+forked child inherits no pool threads, and libgomp would wait on them.
 
 The shared object is named by a digest of its source, the compile command and the machine, so an edited
 source or another compiler builds anew, and concurrent recordings each write their own file and rename it
@@ -34,7 +34,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("host_stats.c")
 # Reassociation, so the sums vectorize; no -ffast-math, whose finite-math assumption could fold NaN checks away.
-_FLAGS = ["-O3", "-fPIC", "-shared", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math"]
+_FLAGS = ["-O3", "-fPIC", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math"]
 _COMPILE_SECONDS = 120
 # Elements from which a tensor is split over threads: below, starting them costs more than they save (a
 # tensor just written by a torch op, 2 cores: 32768 elements 21 us either way, 131072 54 -> 37 us).
