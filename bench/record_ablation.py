@@ -64,13 +64,14 @@ VARIANTS: dict[str, list[tuple[type, str, Any]]] = {
 def _timed_parts(device: str) -> list[tuple[type, str]]:
     """The recorder's functions `--timers` times (inclusive: a function's time includes what it calls)."""
     from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.host_stats import HostStats
 
     parts: list[tuple[type, str]] = [
         (TraceRecorder, "_dispatch"), (TraceRecorder, "_describe"), (TraceRecorder, "_fingerprint"),
         (TraceRecorder, "_write_op"), (TraceRecorder, "write_held"), (TraceRecorder, "_make_room"),
         (SourceFinder, "find"), (ModuleStack, "_enter"), (ModuleStack, "_exit"), (TraceWriter, "write"),
         (DeviceFingerprints, "submit"), (DeviceFingerprints, "flush"), (DeviceFingerprints, "seal"),
-        (DeviceFingerprints, "poll"), (DeviceFingerprints, "_read_oldest"),
+        (DeviceFingerprints, "poll"), (DeviceFingerprints, "_read_oldest"), (HostStats, "stats"),
     ]
     if device.startswith("cuda"):
         from tracediff.record.fingerprint_kernel import Launcher

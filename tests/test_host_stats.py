@@ -200,3 +200,65 @@ def test_a_functional_tensor_is_not_read_and_leaves_the_scratch_alone() -> None:
         assert isinstance(wrapped, FunctionalTensor)
         assert fingerprint(wrapped, scratch=scratch) is None
     assert scratch._buffers == [None, None]
+
+
+def _strided_views(dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    wide = randn(4, 128, 768)
+    return [
+        randn(64, 300).t(),                                       # a transpose, several rows
+        wide[..., 256:512],                                       # a split of GPT-2's fused projection
+        wide[..., :256].reshape(4, 128, 4, 64).transpose(1, 2),   # its heads
+        randn(30_000)[::3],                                       # a stepped slice
+        randn(1, 5000).expand(3, 5000),                           # zero strides
+        randn(10, 20).t(),                                        # less than one row
+        randn(2000, 600).t(),                                     # split over threads
+        randn(*[2] * 8, 40).transpose(0, 8)[..., 1:],             # nine dims: copied, not read in place
+    ]
+
+
+@needs_compiler
+@pytest.mark.parametrize("index", range(len(_strided_views())))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_strided_view_read_in_place_gives_its_copys_statistics_exactly(index: int, dtype: torch.dtype) -> None:
+    compiled = _compiled_stats()
+    assert compiled is not None
+    view = _strided_views(dtype)[index]
+    assert not view.is_contiguous()
+    copy = view.contiguous()
+    if view.dim() <= host_stats.HostStats.MAX_DIMS:
+        assert compiled.reads(view)
+        assert compiled.stats(view) == compiled.stats(copy)  # the same rows, in the same order: the same bits
+    assert fingerprint(view, scratch=Scratch()) == fingerprint(copy, scratch=Scratch())
+
+
+@needs_compiler
+@pytest.mark.parametrize("n", [40 * SKETCH_PERIOD + 17, 1 << 20])
+def test_float32_sums_stay_within_a_few_ulps_of_float64(n: int) -> None:
+    """Past one row, float32 tensors are summed in float32 vectors, each float sum short before it joins a double."""
+    compiled = _compiled_stats()
+    assert compiled is not None
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 2 + 3  # an offset: no cancellation to hide behind
+    got = compiled.stats(x)
+    assert got is not None
+    _close(got, _torch_stats(x.double(), None), 2e-6)
+    assert got[3] == x.abs().max().item()
+
+
+@needs_compiler
+def test_the_portable_loop_gives_the_avx2_loops_numbers(tmp_path: Path) -> None:
+    import ctypes
+
+    compiled = _compiled_stats()
+    assert compiled is not None
+    library = ctypes.CDLL(str(host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH, cache=tmp_path, defines=("TRACEDIFF_PORTABLE",))))
+    portable = host_stats.HostStats(library, _sum_and_sketch_weights("cpu"), SKETCH_WIDTH, threaded=False)
+    for x in (torch.randn(3 * SKETCH_PERIOD + 100) - 0.5, torch.randn(300, 700).t()):
+        ours, theirs = compiled.stats(x), portable.stats(x)
+        assert ours is not None and theirs is not None
+        _close(theirs, ours, 1e-6)  # the same float sums; fused multiply-adds or not
+        assert theirs[3] == ours[3]

@@ -8,8 +8,9 @@ of a few float32 ulps of `l1` and `l2`, far below any float32 tolerance),
 float64 for float64, integer and bool tensors; smaller tensors in float64.
 NaN/Inf tensors are re-read in float64 (schema 2; schema 1 made a float64 copy
 of every tensor, four times the memory traffic). On CPU the same statistics come
-from one pass in C that sums everything in double (record/host_stats.py), where
-a C compiler can build it; these torch ops are its fallback:
+from one pass in C (record/host_stats.py: float32 past one period in short float32
+sums that join double ones, as here; the rest in double), strided views read in
+place, where a C compiler can build it; these torch ops are its fallback:
 
   sum   sum of finite elements        (signed: catches sign and offset errors)
   l1    sum of |x| over finite ones   (scale, the denominator of relative diffs)
@@ -230,8 +231,8 @@ class Scratch:
 def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = None) -> Fingerprint | None:
     """Fingerprint of one tensor, read on the host, or None when it has no data to read.
 
-    Fast path: a CPU tensor's statistics in one pass of the compiled C function (its float32 or float64 copy
-    where it is strided or of another dtype); else by torch ops in the accumulation dtype, |x| once, then sum,
+    Fast path: a CPU tensor's statistics in one pass of the compiled C function (strided views read in place,
+    other dtypes from their float32 or float64 copy); else by torch ops in the accumulation dtype, |x| once, then sum,
     sum of |x|, max and (squared in place) sum of squares, fetched together by one `.tolist()`. A non-finite
     result means NaN/Inf elements (or overflow): then the statistics are taken again in float64 over the finite
     elements, with the counts.
@@ -255,8 +256,12 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
         if n == 1:  # a scalar (a loss, a step count, an index): its value is its fingerprint
             stats = _one_element_stats(float(x.item()))
         elif x.is_cpu and (compiled := _compiled_stats()) is not None:
-            flat = as_real(x) if scratch is None else scratch.flat_real(x)
-            stats = (compiled.stats(flat) if compiled.reads(flat) else None) or _torch_stats(flat, scratch)
+            # float32 and float64 read in place, strided views too; other dtypes from their float copy.
+            readable = compiled.reads(x)
+            if not readable:
+                x = as_real(x) if scratch is None else scratch.flat_real(x)
+                readable = compiled.reads(x)
+            stats = (compiled.stats(x) if readable else None) or _torch_stats(x, scratch)
         else:
             stats = _torch_stats(x, scratch)
         s, l1, sq, mx, *sk = stats

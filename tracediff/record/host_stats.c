@@ -1,13 +1,21 @@
 /* A host fingerprint's statistics in one pass over the tensor (record/host_stats.py compiles and loads it).
 
    The torch ops it replaces read a large tensor about eight times (|x|, its sum, its max, the squares, their
-   sum, the fold for the sketch), each a dispatch of its own; this reads it once. Every statistic is summed
-   in double, as the torch path sums tensors of at most one period (larger float32 ones it sums in float32).
+   sum, the fold for the sketch), each a dispatch of its own; this reads it once, strided views in place.
 
    PERIOD and WIDTH come from the compile command (record/fingerprint.py's SKETCH_PERIOD and SKETCH_WIDTH).
-   Built with -fassociative-math so that the sums vectorize: their order is not the torch ops' order, which a
-   fingerprint never promised (they are compared with a tolerance). NaN and Inf still propagate into the sums,
-   which is how the caller knows to take the non-finite path.
+   Element i (in row-major order) adds to column i mod PERIOD of the fold, whose products with a row of ones
+   and the sketch's signs are the sum and the sketch. Built with -fassociative-math so that the sums
+   vectorize: their order is not the torch ops' order, which a fingerprint never promised (they are compared
+   with a tolerance). NaN and Inf still propagate into the sums, which is how the caller knows to take the
+   non-finite path.
+
+   Precision: float64 tensors and float32 ones of at most one row are summed in double, as the torch path
+   sums them. Larger float32 tensors are summed in float32 vectors (eight elements an operation, no
+   conversion on the way; BENCHMARKS.md, tenth pass), but every float sum is short before it joins a double
+   one: a block of BLOCK_ROWS rows' column sums, then the fold; per lane, at most 32 terms of |x| and of x^2,
+   then a double. Their rounding stays within a few float32 ulps (at most 2e-6 of the sum's scale, typically
+   2e-7), as the torch ops' float32 sums did, far inside a float32 comparison's tolerance.
 
    Built with -fopenmp where torch's own libgomp is loaded, and linked without naming any libgomp: the loader
    binds its OpenMP calls to torch's, so a large tensor's rows are split over torch's warm thread pool, as its
@@ -27,6 +35,17 @@
 #else
 #define CLONES
 #endif
+
+/* TRACEDIFF_PORTABLE: the portable loop only (tests build it to compare the two). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(TRACEDIFF_PORTABLE)
+#define HAVE_AVX2_PATH 1
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+#define MAX_DIMS 8
+#define BLOCK_ROWS 16
+#define CHUNK 1024
 
 /* out = [sum, l1, sum of squares, max |x|, WIDTH signed sums] from the fold's `cols` column sums.
    weights: [1 + WIDTH][PERIOD] doubles, row-major: a row of ones (the sum), then the sketch's signs. */
@@ -53,27 +72,108 @@ CLONES static void products(const double *fold, int64_t cols, const double *weig
     for (j = 1; j <= WIDTH; j++) out[3 + j] = sums[j];
 }
 
-/* One thread's share of the rows: its fold of them and its sums. */
+/* ---- Where the elements are: contiguous, or a strided view read in place ---------------------------- */
+
+/* A strided view's sizes and strides in elements, outermost first, with dims of size 1 dropped and dims
+   that run on from each other merged (ndim 0: contiguous). */
+struct layout {
+    int ndim;
+    int64_t size[MAX_DIMS], stride[MAX_DIMS];
+};
+
+/* The tensor being read: its first element, its element count and size, and its layout. */
+struct source {
+    const char *data;
+    int64_t n;
+    size_t itemsize;
+    struct layout layout;
+};
+
+/* Where a strided read stands: the multi-index of the next element and its address. */
+struct cursor {
+    int64_t index[MAX_DIMS];
+    const char *at;
+};
+
+static void cursor_at(const struct source *s, int64_t linear, struct cursor *c) {
+    const struct layout *l = &s->layout;
+    c->at = s->data;
+    for (int d = l->ndim - 1; d >= 0; d--) {
+        c->index[d] = linear % l->size[d];
+        linear /= l->size[d];
+        c->at += (size_t)(c->index[d] * l->stride[d]) * s->itemsize;
+    }
+}
+
+/* The next `count` elements in row-major order into `out`, contiguous, and the cursor past them: runs of
+   the innermost dim copied whole where it is contiguous, else element by element. */
+static void gather(const struct source *s, struct cursor *c, char *out, int64_t count) {
+    const struct layout *l = &s->layout;
+    const int inner = l->ndim - 1;
+    const size_t item = s->itemsize;
+    while (count > 0) {
+        int64_t take = l->size[inner] - c->index[inner];
+        if (take > count) take = count;
+        if (l->stride[inner] == 1) {
+            memcpy(out, c->at, (size_t)take * item);
+        } else {
+            for (int64_t k = 0; k < take; k++) memcpy(out + k * item, c->at + (size_t)(k * l->stride[inner]) * item, item);
+        }
+        out += (size_t)take * item;
+        count -= take;
+        c->index[inner] += take;
+        c->at += (size_t)(take * l->stride[inner]) * item;
+        /* Carry into the outer dims. */
+        for (int d = inner; d > 0 && c->index[d] == l->size[d]; d--) {
+            c->at -= (size_t)(l->size[d] * l->stride[d]) * item;
+            c->index[d] = 0;
+            c->index[d - 1] += 1;
+            c->at += (size_t)l->stride[d - 1] * item;
+        }
+    }
+}
+
+/* One thread's share of the rows: its fold of them, its sums, and room for one row gathered from a strided
+   view. */
 struct share {
     double fold[PERIOD];
+    float block[PERIOD]; /* float32 tensors of several rows: a block of rows' column sums */
+    double row[PERIOD];  /* a strided view's row, gathered (as float or double) */
     double l1, sq, max_abs;
 };
 
-/* Rows [first, last) of x's PERIOD-element rows (the last may be short) into `p`. Element i adds to column
-   i mod PERIOD of the fold. max |x| is taken on the bits with the sign cleared: for finite values their order
-   as unsigned integers is their order as numbers, and an integer max vectorizes where a float one
+/* Row r's m elements: in place where the tensor is contiguous, else gathered into the share's buffer (rows
+   are visited in order, so the cursor stands at row r). */
+static inline const void *row_at(const struct source *s, struct cursor *c, int64_t r, int64_t m, struct share *p) {
+    if (s->layout.ndim == 0) return s->data + (size_t)(r * PERIOD) * s->itemsize;
+    gather(s, c, (char *)p->row, m);
+    return p->row;
+}
+
+static inline void start_rows(const struct source *s, int64_t first, struct cursor *c) {
+    if (s->layout.ndim) cursor_at(s, first * PERIOD, c);
+}
+
+static inline int64_t row_length(const struct source *s, int64_t r) {
+    return s->n - r * PERIOD < PERIOD ? s->n - r * PERIOD : PERIOD;
+}
+
+/* ---- Summed in double: float64 tensors, float32 ones of at most one row -------------------------------- */
+
+/* Rows [first, last) into `p`. max |x| is taken on the bits with the sign cleared: for finite values their
+   order as unsigned integers is their order as numbers, and an integer max vectorizes where a float one
    (NaN-aware) does not. */
 #define FOLD(NAME, T, U, SIGN)                                                                  \
-    CLONES static void NAME(const void *data, int64_t n, int64_t first, int64_t last,           \
-                            struct share *p) {                                                  \
-        const T *x = (const T *)data;                                                           \
+    CLONES static void NAME(const struct source *s, int64_t first, int64_t last, struct share *p) { \
         double *fold = p->fold;                                                                 \
         double l1 = 0, sq = 0;                                                                  \
         U max_bits = 0;                                                                         \
-        memset(fold, 0, sizeof(double) * (size_t)(n < PERIOD ? n : PERIOD));                    \
+        struct cursor cur;                                                                      \
+        start_rows(s, first, &cur);                                                             \
+        memset(fold, 0, sizeof(double) * (size_t)(s->n < PERIOD ? s->n : PERIOD));              \
         for (int64_t r = first; r < last; r++) {                                                \
-            const T *row = x + r * PERIOD;                                                      \
-            int64_t m = n - r * PERIOD < PERIOD ? n - r * PERIOD : PERIOD;                      \
+            int64_t m = row_length(s, r);                                                       \
+            const T *row = (const T *)row_at(s, &cur, r, m, p);                                 \
             for (int64_t c = 0; c < m; c++) {                                                   \
                 double v = (double)row[c];                                                      \
                 U bits;                                                                         \
@@ -95,16 +195,206 @@ struct share {
 FOLD(fold_f32, float, uint32_t, 0x80000000u)
 FOLD(fold_f64, double, uint64_t, 0x8000000000000000ull)
 
-typedef void (*fold_fn)(const void *, int64_t, int64_t, int64_t, struct share *);
+/* ---- float32 tensors of several rows, in float32 vectors ---------------------------------------------- */
 
-/* out = [sum, l1, sum of squares, max |x|, *sketch] of x's n elements, over up to `threads` threads.
-   Returns 0, or -1 where memory for the folds could not be had (the caller takes the torch ops then). */
-static int stats(fold_fn fold, const void *x, int64_t n, int threads, const double *weights, double *out) {
-    int64_t rows = (n + PERIOD - 1) / PERIOD;
-    int64_t cols = n < PERIOD ? n : PERIOD;
+/* A row's last elements (past a multiple of 32), one at a time. */
+static inline void row_tail(const float *row, int64_t c, int64_t m, float *block, double *l1, double *sq,
+                            uint32_t *max_bits) {
+    for (; c < m; c++) {
+        float v = row[c];
+        uint32_t bits;
+        memcpy(&bits, &row[c], sizeof bits);
+        bits &= 0x7fffffffu;
+        block[c] += v;
+        *l1 += fabs((double)v);
+        *sq += (double)v * v;
+        *max_bits = bits > *max_bits ? bits : *max_bits;
+    }
+}
+
+/* Rows [first, last), a block of BLOCK_ROWS at a time; `CHUNK_FN(row, c, end, block, &sums)` takes columns
+   [c, end) of one row, 32 at a time, and returns where it stopped (`sums`: SUMS_T, its vector accumulators,
+   zeroed by SUMS_INIT and added into l1, sq and max_bits by SUMS_DONE). */
+#define FOLD_BLOCKS(NAME, CHUNK_FN, SUMS_T, SUMS_INIT, SUMS_DONE)                               \
+    static void NAME(const struct source *s, int64_t first, int64_t last, struct share *p) {    \
+        double *fold = p->fold;                                                                 \
+        float *block = p->block;                                                                \
+        double l1 = 0, sq = 0;                                                                  \
+        uint32_t max_bits = 0;                                                                  \
+        SUMS_T sums;                                                                            \
+        SUMS_INIT(sums);                                                                        \
+        struct cursor cur;                                                                      \
+        start_rows(s, first, &cur);                                                             \
+        memset(fold, 0, sizeof(double) * PERIOD);                                               \
+        for (int64_t r0 = first; r0 < last; r0 += BLOCK_ROWS) {                                 \
+            int64_t r1 = r0 + BLOCK_ROWS < last ? r0 + BLOCK_ROWS : last;                       \
+            memset(block, 0, sizeof(float) * PERIOD);                                           \
+            for (int64_t r = r0; r < r1; r++) {                                                 \
+                int64_t m = row_length(s, r), c = 0;                                            \
+                const float *row = (const float *)row_at(s, &cur, r, m, p);                     \
+                while (c + 32 <= m) c = CHUNK_FN(row, c, c + CHUNK < m ? c + CHUNK : m, block, &sums); \
+                row_tail(row, c, m, block, &l1, &sq, &max_bits);                                \
+            }                                                                                   \
+            for (int64_t c = 0; c < PERIOD; c++) fold[c] += block[c];                           \
+        }                                                                                       \
+        SUMS_DONE(sums, l1, sq, max_bits);                                                      \
+        float max_abs;                                                                          \
+        memcpy(&max_abs, &max_bits, sizeof max_abs);                                            \
+        p->l1 = l1;                                                                             \
+        p->sq = sq;                                                                             \
+        p->max_abs = (double)max_abs;                                                           \
+    }
+
+/* Portable: GCC/clang vector types. Four vector sums per statistic, each its own dependency chain: one would
+   wait on its add's latency at every step. */
+typedef float f8 __attribute__((vector_size(32)));
+typedef float f4 __attribute__((vector_size(16)));
+typedef double d4 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+struct wide_sums {
+    d4 l1, sq;
+    i32x8 max_bits;
+};
+#define ZEROED(s) memset(&(s), 0, sizeof(s))
+#define WIDE_DONE(s, l1, sq, max_bits)                                                          \
+    do {                                                                                        \
+        for (int j = 0; j < 4; j++) {                                                           \
+            l1 += (s).l1[j];                                                                    \
+            sq += (s).sq[j];                                                                    \
+        }                                                                                       \
+        for (int j = 0; j < 8; j++)                                                             \
+            if ((uint32_t)(s).max_bits[j] > max_bits) max_bits = (uint32_t)(s).max_bits[j];     \
+    } while (0)
+
+static inline d4 widened(f8 f) {
+    f4 lo = {f[0], f[1], f[2], f[3]}, hi = {f[4], f[5], f[6], f[7]};
+    return __builtin_convertvector(lo, d4) + __builtin_convertvector(hi, d4);
+}
+
+/* Eight elements at column c + 8k: into the block, the k-th sums, and the max of |x|'s bits. */
+#define TURN(k)                                                                                 \
+    do {                                                                                        \
+        f8 v_, s_;                                                                              \
+        memcpy(&v_, row + c + 8 * (k), sizeof v_);                                              \
+        memcpy(&s_, block + c + 8 * (k), sizeof s_);                                            \
+        s_ += v_;                                                                               \
+        memcpy(block + c + 8 * (k), &s_, sizeof s_);                                            \
+        i32x8 b_ = (i32x8)v_ & 0x7fffffff;                                                      \
+        l1_##k += (f8)b_;                                                                       \
+        sq_##k += v_ * v_;                                                                      \
+        i32x8 more_ = b_ > max_v;                                                               \
+        max_v = (b_ & more_) | (max_v & ~more_);                                                \
+    } while (0)
+
+static inline int64_t chunk_portable(const float *row, int64_t c, int64_t end, float *block, struct wide_sums *s) {
+    f8 l1_0 = {0}, l1_1 = {0}, l1_2 = {0}, l1_3 = {0}, sq_0 = {0}, sq_1 = {0}, sq_2 = {0}, sq_3 = {0};
+    i32x8 max_v = s->max_bits;
+    for (; c + 32 <= end; c += 32) {
+        TURN(0);
+        TURN(1);
+        TURN(2);
+        TURN(3);
+    }
+    s->l1 += widened((l1_0 + l1_1) + (l1_2 + l1_3));
+    s->sq += widened((sq_0 + sq_1) + (sq_2 + sq_3));
+    s->max_bits = max_v;
+    return c;
+}
+
+FOLD_BLOCKS(fold_f32_blocks, chunk_portable, struct wide_sums, ZEROED, WIDE_DONE)
+
+#ifdef HAVE_AVX2_PATH
+/* AVX2 with intrinsics, where the compiler's vectors fall short: max |x| as one vpmaxud (the portable
+   compare and blend is a longer dependency chain, the loop's bottleneck), the squares by FMA. About 1.5x the
+   portable loop's speed on a tensor in cache. */
+struct avx2_sums {
+    __m256d l1, sq;
+    __m256i max_bits;
+};
+
+#define AVX_TURN(k)                                                                             \
+    do {                                                                                        \
+        __m256 v_ = _mm256_loadu_ps(row + c + 8 * (k));                                         \
+        _mm256_storeu_ps(block + c + 8 * (k), _mm256_add_ps(_mm256_loadu_ps(block + c + 8 * (k)), v_)); \
+        __m256i b_ = _mm256_and_si256(_mm256_castps_si256(v_), mask);                           \
+        max_v = _mm256_max_epu32(max_v, b_);                                                    \
+        l1_##k = _mm256_add_ps(l1_##k, _mm256_castsi256_ps(b_));                                \
+        sq_##k = _mm256_fmadd_ps(v_, v_, sq_##k);                                               \
+    } while (0)
+
+AVX2 static inline __m256d avx2_widened(__m256 f) {
+    return _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+}
+
+AVX2 static inline int64_t chunk_avx2(const float *row, int64_t c, int64_t end, float *block, struct avx2_sums *s) {
+    const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+    __m256 l1_0 = _mm256_setzero_ps(), l1_1 = l1_0, l1_2 = l1_0, l1_3 = l1_0;
+    __m256 sq_0 = l1_0, sq_1 = l1_0, sq_2 = l1_0, sq_3 = l1_0;
+    __m256i max_v = s->max_bits;
+    for (; c + 32 <= end; c += 32) {
+        AVX_TURN(0);
+        AVX_TURN(1);
+        AVX_TURN(2);
+        AVX_TURN(3);
+    }
+    s->l1 = _mm256_add_pd(s->l1, avx2_widened(_mm256_add_ps(_mm256_add_ps(l1_0, l1_1), _mm256_add_ps(l1_2, l1_3))));
+    s->sq = _mm256_add_pd(s->sq, avx2_widened(_mm256_add_ps(_mm256_add_ps(sq_0, sq_1), _mm256_add_ps(sq_2, sq_3))));
+    s->max_bits = max_v;
+    return c;
+}
+
+#define AVX2_DONE(s, l1, sq, max_bits)                                                          \
+    do {                                                                                        \
+        double l1_[4], sq_[4];                                                                  \
+        uint32_t max_[8];                                                                       \
+        _mm256_storeu_pd(l1_, (s).l1);                                                          \
+        _mm256_storeu_pd(sq_, (s).sq);                                                          \
+        _mm256_storeu_si256((__m256i *)max_, (s).max_bits);                                     \
+        for (int j = 0; j < 4; j++) {                                                           \
+            l1 += l1_[j];                                                                       \
+            sq += sq_[j];                                                                       \
+        }                                                                                       \
+        for (int j = 0; j < 8; j++)                                                             \
+            if (max_[j] > max_bits) max_bits = max_[j];                                         \
+    } while (0)
+
+AVX2 FOLD_BLOCKS(fold_f32_blocks_avx2, chunk_avx2, struct avx2_sums, ZEROED, AVX2_DONE)
+#endif
+
+/* ---- The entry points ----------------------------------------------------------------------------------- */
+
+typedef void (*fold_fn)(const struct source *, int64_t, int64_t, struct share *);
+
+/* The layout of a view of `ndim` dims (0, or sizes and strides in elements), dims of size 1 dropped and
+   adjacent dims that run on from each other merged; ndim 0 where that leaves one contiguous run. Returns -1
+   for more than MAX_DIMS dims. */
+static int make_layout(int ndim, const int64_t *sizes, const int64_t *strides, struct layout *l) {
+    l->ndim = 0;
+    if (ndim > MAX_DIMS) return -1;
+    for (int d = 0; d < ndim; d++) {
+        if (sizes[d] == 1) continue;
+        if (l->ndim && l->stride[l->ndim - 1] == sizes[d] * strides[d]) {
+            l->size[l->ndim - 1] *= sizes[d];
+            l->stride[l->ndim - 1] = strides[d];
+        } else {
+            l->size[l->ndim] = sizes[d];
+            l->stride[l->ndim] = strides[d];
+            l->ndim++;
+        }
+    }
+    if (l->ndim == 1 && l->stride[0] == 1) l->ndim = 0;
+    return 0;
+}
+
+/* out = [sum, l1, sum of squares, max |x|, *sketch] of the source's elements, over up to `threads` threads.
+   Returns 0, or -1 where memory for the shares could not be had (the caller takes the torch ops then). */
+static int stats(fold_fn fold, const struct source *s, int threads, const double *weights, double *out) {
+    int64_t rows = (s->n + PERIOD - 1) / PERIOD;
+    int64_t cols = s->n < PERIOD ? s->n : PERIOD;
     if (threads > rows) threads = (int)rows;
     if (threads < 1) threads = 1;
-    /* On the heap: a fold is 32 KiB, more than some threads' stacks can spare. */
+    /* On the heap: a share is 88 KiB, more than some threads' stacks can spare. */
     struct share *shares = malloc(sizeof(struct share) * (size_t)threads);
     if (!shares) return -1;
     int used = 1;
@@ -114,11 +404,11 @@ static int stats(fold_fn fold, const void *x, int64_t n, int threads, const doub
         {
             int t = omp_get_thread_num(), k = omp_get_num_threads();
             if (t == 0) used = k;
-            fold(x, n, rows * t / k, rows * (t + 1) / k, &shares[t]);
+            fold(s, rows * t / k, rows * (t + 1) / k, &shares[t]);
         }
     } else
 #endif
-        fold(x, n, 0, rows, &shares[0]);
+        fold(s, 0, rows, &shares[0]);
     double l1 = 0, sq = 0, max_abs = 0;
     for (int t = 0; t < used; t++) {
         double m = shares[t].max_abs;
@@ -136,10 +426,25 @@ static int stats(fold_fn fold, const void *x, int64_t n, int threads, const doub
     return 0;
 }
 
-int tracediff_stats_f32(const float *x, int64_t n, int threads, const double *weights, double *out) {
-    return stats(fold_f32, x, n, threads, weights, out);
+/* The statistics of x's n elements, read in row-major order: `ndim` 0 for a contiguous tensor, else its
+   sizes and strides in elements (at most MAX_DIMS dims). Returns 0, or -1 (the caller takes the torch ops). */
+int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
+                        int threads, const double *weights, double *out) {
+    struct source s = {(const char *)x, n, sizeof(float), {0}};
+    if (make_layout(ndim, sizes, strides, &s.layout) != 0) return -1;
+    fold_fn fold = fold_f32;
+    if (n > PERIOD) {
+        fold = fold_f32_blocks;
+#ifdef HAVE_AVX2_PATH
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) fold = fold_f32_blocks_avx2;
+#endif
+    }
+    return stats(fold, &s, threads, weights, out);
 }
 
-int tracediff_stats_f64(const double *x, int64_t n, int threads, const double *weights, double *out) {
-    return stats(fold_f64, x, n, threads, weights, out);
+int tracediff_stats_f64(const double *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
+                        int threads, const double *weights, double *out) {
+    struct source s = {(const char *)x, n, sizeof(double), {0}};
+    if (make_layout(ndim, sizes, strides, &s.layout) != 0) return -1;
+    return stats(fold_f64, &s, threads, weights, out);
 }

@@ -42,32 +42,42 @@ THREADS_FROM = 1 << 16
 
 
 class HostStats:
-    """`stats(x)`: [sum, l1, sum of squares, max |x|, *sketch] of a flat contiguous float32 or float64 CPU tensor,
-    as `fingerprint._small_stats` computes them (NaN or Inf make some of them non-finite, as there)."""
+    """`stats(x)`: [sum, l1, sum of squares, max |x|, *sketch] of a float32 or float64 CPU tensor, contiguous or a
+    strided view (read in place, in row-major order), as `fingerprint._small_stats` computes them (NaN or Inf make
+    some of them non-finite, as there)."""
+
+    MAX_DIMS = 8  # host_stats.c's: a view of more dims is copied first
 
     def __init__(self, library: ctypes.CDLL, weights: torch.Tensor, width: int, threaded: bool) -> None:
         self._weights = weights  # held: the C function reads its memory
+        self._weights_at = weights.data_ptr()
         self._width = width
         self._threads_in = os.getpid() if threaded else None
         self._by_dtype = {}
         for dtype, name in ((torch.float32, "tracediff_stats_f32"), (torch.float64, "tracediff_stats_f64")):
             function = getattr(library, name)
-            function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+            function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
             function.restype = ctypes.c_int
             self._by_dtype[dtype] = function
 
     def reads(self, x: torch.Tensor) -> bool:
-        """Whether `stats` takes `x` as it is: flat-readable float32 or float64 on the host."""
-        return x.dtype in self._by_dtype and x.is_cpu and x.is_contiguous()
+        """Whether `stats` takes `x` as it is: a float32 or float64 CPU tensor of at most MAX_DIMS dims whose memory
+        holds its values (not a negated view)."""
+        return x.dtype in self._by_dtype and x.is_cpu and x.dim() <= self.MAX_DIMS and not x.is_neg()
 
     def stats(self, x: torch.Tensor) -> list[float] | None:
-        """The statistics of `x` (which `reads`), or None where the C function could not allocate its folds."""
+        """The statistics of `x` (which `reads`), or None where the C function could not allocate its buffers."""
         n = x.numel()
         threads = torch.get_num_threads() if n >= THREADS_FROM and self._threads_in == os.getpid() else 1
         out = (ctypes.c_double * (4 + self._width))()
-        if self._by_dtype[x.dtype](x.data_ptr(), n, threads, self._weights.data_ptr(), out) != 0:
-            return None
-        return out[:]
+        if x.is_contiguous():
+            status = self._by_dtype[x.dtype](x.data_ptr(), n, 0, None, None, threads, self._weights_at, out)
+        else:
+            ndim = x.dim()
+            sizes, strides = (ctypes.c_int64 * ndim)(*x.shape), (ctypes.c_int64 * ndim)(*x.stride())
+            status = self._by_dtype[x.dtype](x.data_ptr(), n, ndim, sizes, strides, threads, self._weights_at, out)
+        return None if status != 0 else out[:]
 
 
 class BuildError(Exception):
@@ -88,12 +98,14 @@ def load(period: int, width: int, weights: torch.Tensor) -> HostStats | None:
     return None
 
 
-def build(period: int, width: int, threaded: bool = False, cache: Path | None = None) -> Path:
+def build(period: int, width: int, threaded: bool = False, cache: Path | None = None,
+          defines: tuple[str, ...] = ()) -> Path:
     """The shared object for this source, compile command and machine: from the cache, else compiled into it.
     `threaded`: with OpenMP, its runtime's symbols left unresolved (no libgomp named), to be bound at load time
-    to the one torch has loaded; where none is loaded globally, loading it fails."""
+    to the one torch has loaded; where none is loaded globally, loading it fails. `defines`: more macros
+    (TRACEDIFF_PORTABLE: the portable loop alone, which tests compare with the AVX2 one)."""
     compiler = _compiler()
-    command = [compiler, *_FLAGS, f"-DPERIOD={period}", f"-DWIDTH={width}"]
+    command = [compiler, *_FLAGS, f"-DPERIOD={period}", f"-DWIDTH={width}", *(f"-D{name}" for name in defines)]
     if threaded:
         command.append("-fopenmp")
     if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
