@@ -477,8 +477,16 @@ def test_a_view_of_an_unchanged_base_is_read_once_and_again_after_a_write(tmp_pa
     from tracediff.record import mode
 
     reads: list[tuple[int, ...]] = []
-    real = mode.fingerprint
+    real, real_in_place = mode.fingerprint, mode.fingerprint_in_place
+
+    def in_place(t: torch.Tensor) -> dict | None:
+        fp = real_in_place(t)
+        if fp is not None:
+            reads.append(tuple(t.shape))
+        return fp
+
     monkeypatch.setattr(mode, "fingerprint", lambda t, **kw: reads.append(tuple(t.shape)) or real(t, **kw))
+    monkeypatch.setattr(mode, "fingerprint_in_place", in_place)
     w = torch.arange(12.0).view(3, 4).contiguous()
     other = torch.arange(12.0).view(3, 4).flip(0).contiguous()
     z = torch.complex(torch.ones(2, 3), torch.arange(6.0).view(2, 3))

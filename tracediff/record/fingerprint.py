@@ -237,6 +237,8 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
     result means NaN/Inf elements (or overflow): then the statistics are taken again in float64 over the finite
     elements, with the counts.
     """
+    if not exact and (fp := fingerprint_in_place(t)) is not None:
+        return fp
     if not has_data(t):
         return None
     if is_zero_tensor(t):
@@ -264,14 +266,37 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
             stats = (compiled.stats(x) if readable else None) or _torch_stats(x, scratch)
         else:
             stats = _torch_stats(x, scratch)
-        s, l1, sq, mx, *sk = stats
-        if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
-            fp = from_stats([s, l1, sq, mx, 0, 0, *sk], n)
-        else:
-            fp = _nonfinite_fingerprint(as_real(t, torch.float64))
+        fp = _from_finite_stats(stats, n, t)
     if exact:
         fp["hash"] = content_hash(t)
     return fp
+
+
+def fingerprint_in_place(t: torch.Tensor) -> Fingerprint | None:
+    """`fingerprint(t)` for the common case, by the compiled statistics reading `t` where it lies with no torch op
+    (so no dispatch mode sees one): a plain float32 or float64 CPU tensor of more than one element, contiguous or
+    a strided view, with memory of its own (not a functional wrapper or an efficient zero tensor), and every value
+    finite. None where `fingerprint` must take it (NaN and Inf are counted by torch ops there)."""
+    if type(t) not in PLAIN_TENSORS or not t.is_cpu:
+        return None
+    compiled = _compiled_stats()
+    if compiled is None or not compiled.reads(t) or torch._is_functional_tensor(t) or t._is_zerotensor():
+        return None
+    n = t.numel()
+    stats = compiled.stats(t) if n > 1 else None
+    if stats is None or not (math.isfinite(stats[0]) and math.isfinite(stats[1]) and math.isfinite(stats[2])):
+        return None
+    s, l1, sq, mx, *sk = stats
+    return from_stats([s, l1, sq, mx, 0, 0, *sk], n)
+
+
+def _from_finite_stats(stats: list[float], n: int, t: torch.Tensor) -> Fingerprint:
+    """The fingerprint from [sum, l1, sum of squares, max, *sketch] of `t`'s `n` real elements, taken again
+    over the finite ones, with NaN and Inf counted, where a sum is not finite."""
+    s, l1, sq, mx, *sk = stats
+    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
+        return from_stats([s, l1, sq, mx, 0, 0, *sk], n)
+    return _nonfinite_fingerprint(as_real(t, torch.float64))
 
 
 def _torch_stats(x: torch.Tensor, scratch: Scratch | None) -> list[float]:

@@ -33,7 +33,14 @@ from torch.utils._python_dispatch import (
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
 from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
-from tracediff.record.fingerprint import PLAIN_TENSORS, Scratch, fingerprint, has_data, is_zero_tensor
+from tracediff.record.fingerprint import (
+    PLAIN_TENSORS,
+    Scratch,
+    fingerprint,
+    fingerprint_in_place,
+    has_data,
+    is_zero_tensor,
+)
 from tracediff.record.functorch import outside_transforms, transforms_involved
 from tracediff.record.held_gc import HeldRecordsAllowance
 from tracediff.record.identity import identity
@@ -509,6 +516,8 @@ class TraceRecorder(TorchDispatchMode):
                 queued = device.submit_to_queue(t)  # most of a forward's tensors: no torch op, so no guard
                 if queued is not None:
                     return queued
+            if plain and not self.exact and (fp := fingerprint_in_place(t)) is not None:
+                return fp  # most of a CPU program's tensors: no torch op, so no dispatch to disable
             if not plain:
                 t = local_shard(t)
                 plain = type(t) in PLAIN_TENSORS
