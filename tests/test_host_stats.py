@@ -257,8 +257,27 @@ def test_the_portable_loop_gives_the_avx2_loops_numbers(tmp_path: Path) -> None:
     assert compiled is not None
     library = ctypes.CDLL(str(host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH, cache=tmp_path, defines=("TRACEDIFF_PORTABLE",))))
     portable = host_stats.HostStats(library, _sum_and_sketch_weights("cpu"), SKETCH_WIDTH, threaded=False)
+    assert portable.description == "compiled, portable"
     for x in (torch.randn(3 * SKETCH_PERIOD + 100) - 0.5, torch.randn(300, 700).t()):
         ours, theirs = compiled.stats(x), portable.stats(x)
         assert ours is not None and theirs is not None
         _close(theirs, ours, 1e-6)  # the same float sums; fused multiply-adds or not
         assert theirs[3] == ours[3]
+
+
+def test_a_traces_header_says_how_its_cpu_statistics_were_computed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces of the compiled pass and of the torch ops differ within float32 rounding: the header says which
+    (and the diff's header differences show it when two traces differ)."""
+    import tracediff
+    from tracediff.trace.reader import Trace
+
+    with tracediff.record(tmp_path / "compiled.jsonl"):
+        torch.randn(10).sum()
+    compiled = _compiled_stats()
+    expected = "torch ops" if compiled is None else compiled.description
+    assert Trace(tmp_path / "compiled.jsonl").header["host_fingerprints"] == expected
+    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprint"), "_compiled_stats", lambda: None)
+    with tracediff.record(tmp_path / "torch.jsonl"):
+        torch.randn(10).sum()
+    assert Trace(tmp_path / "torch.jsonl").header["host_fingerprints"] == "torch ops"

@@ -313,6 +313,12 @@ def _compiled_stats() -> HostStats | None:
     return host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu"))
 
 
+def host_fingerprint_path() -> str:
+    """How this process computes CPU tensors' statistics: the compiled pass (and which loop) or the torch ops."""
+    compiled = _compiled_stats()
+    return "torch ops" if compiled is None else compiled.description
+
+
 @functools.lru_cache(maxsize=8)
 def _sum_and_sketch_weights(device: str) -> torch.Tensor:
     """[1 + SKETCH_WIDTH, SKETCH_PERIOD] float64: a row of ones (the sum), then the sketch's signs. Rows, for

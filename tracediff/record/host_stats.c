@@ -426,6 +426,15 @@ static int stats(fold_fn fold, const struct source *s, int threads, const double
     return 0;
 }
 
+/* 1 where float32 tensors of several rows take the AVX2 loop here, 0 for the portable one. */
+int tracediff_float32_avx2(void) {
+#ifdef HAVE_AVX2_PATH
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
 /* The statistics of x's n elements, read in row-major order: `ndim` 0 for a contiguous tensor, else its
    sizes and strides in elements (at most MAX_DIMS dims). Returns 0, or -1 (the caller takes the torch ops). */
 int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
@@ -436,7 +445,7 @@ int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *size
     if (n > PERIOD) {
         fold = fold_f32_blocks;
 #ifdef HAVE_AVX2_PATH
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) fold = fold_f32_blocks_avx2;
+        if (tracediff_float32_avx2()) fold = fold_f32_blocks_avx2;
 #endif
     }
     return stats(fold, &s, threads, weights, out);

@@ -60,6 +60,15 @@ class HostStats:
                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
             function.restype = ctypes.c_int
             self._by_dtype[dtype] = function
+        self.avx2 = bool(library.tracediff_float32_avx2())
+
+    @property
+    def description(self) -> str:
+        """How this build computes, for a trace's header: e.g. "compiled, avx2, split over torch's threads"."""
+        parts = ["compiled", "avx2" if self.avx2 else "portable"]
+        if self._threads_in is not None:
+            parts.append("split over torch's threads")
+        return ", ".join(parts)
 
     def reads(self, x: torch.Tensor) -> bool:
         """Whether `stats` takes `x` as it is: a float32 or float64 CPU tensor of at most MAX_DIMS dims whose memory

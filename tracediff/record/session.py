@@ -27,7 +27,7 @@ from tracediff._version import package_version
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
 from tracediff.record.customizations import compiler_customizations, no_customizations
-from tracediff.record.fingerprint import FINGERPRINT_KINDS
+from tracediff.record.fingerprint import FINGERPRINT_KINDS, host_fingerprint_path
 from tracediff.record.fork import ForkGuard
 from tracediff.record.host_waits import HostWaits
 from tracediff.record.kernels import KernelCapture
@@ -138,6 +138,7 @@ class RecordingSession:
             "cwd": os.getcwd(),
             "seed": self.seed,
             "fingerprint": list(FINGERPRINT_KINDS) + (["hash"] if self.exact else []),
+            "host_fingerprints": host_fingerprint_path(),
             "exact": self.exact,
             "materialized": self.materialized,
             "upcast": self.upcast,

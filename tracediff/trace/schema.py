@@ -180,6 +180,9 @@ class Header(TypedDict, total=False):
     cwd: str
     seed: int | None
     fingerprint: list[str]
+    # How CPU tensors' statistics were computed (record/fingerprint.py's host_fingerprint_path): traces of two paths
+    # differ within float32 rounding, and the header differences say so.
+    host_fingerprints: str
     exact: bool
     materialized: bool
     upcast: str | None  # "float64": a run recorded with every float op upcast (record/upcast.py)
