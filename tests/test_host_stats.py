@@ -281,3 +281,50 @@ def test_a_traces_header_says_how_its_cpu_statistics_were_computed(tmp_path: Pat
     with tracediff.record(tmp_path / "torch.jsonl"):
         torch.randn(10).sum()
     assert Trace(tmp_path / "torch.jsonl").header["host_fingerprints"] == "torch ops"
+
+
+@needs_compiler
+def test_python_threads_fingerprinting_at_once_get_their_own_numbers() -> None:
+    """The threads' working memory is kept between calls; a call made while another Python thread's is running
+    (ctypes releases the GIL) allocates its own instead of sharing it."""
+    import threading
+
+    compiled = _compiled_stats()
+    assert compiled is not None
+    tensors = [torch.randn(host_stats.THREADS_FROM * 2 + k, generator=torch.Generator().manual_seed(k))
+               for k in range(6)]
+    expected = [compiled.stats(x) for x in tensors]
+    got: dict[int, list[list[float] | None]] = {k: [] for k in range(len(tensors))}
+
+    def work(k: int) -> None:
+        for _ in range(20):
+            got[k].append(compiled.stats(tensors[k]))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(tensors))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for k, results in got.items():
+        assert len(results) == 20
+        for result in results:
+            assert result is not None and expected[k] is not None
+            _close(result, expected[k], 1e-12)
+
+
+@needs_compiler
+def test_a_wrapper_subclass_is_never_read_by_its_address(tmp_path: Path) -> None:
+    """A DTensor's local shard may be a functional collective's AsyncCollectiveTensor, a wrapper subclass whose data
+    pointer is no data (0 here): reading it by address crashed a tensor-parallel run with SIGSEGV. It is read through
+    its own ops."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    import tracediff
+
+    compiled = _compiled_stats()
+    assert compiled is not None
+    wrapped = TwoTensor(torch.randn(5000), torch.randn(5000))
+    assert not compiled.reads(wrapped)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        (wrapped * 2).sum()  # described, not read by address: the process lives
+    assert (tmp_path / "t.jsonl").stat().st_size > 0

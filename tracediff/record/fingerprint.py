@@ -277,10 +277,8 @@ def fingerprint_in_place(t: torch.Tensor) -> Fingerprint | None:
     (so no dispatch mode sees one): a plain float32 or float64 CPU tensor of more than one element, contiguous or
     a strided view, with memory of its own (not a functional wrapper or an efficient zero tensor), and every value
     finite. None where `fingerprint` must take it (NaN and Inf are counted by torch ops there)."""
-    if type(t) not in PLAIN_TENSORS or not t.is_cpu:
-        return None
     compiled = _compiled_stats()
-    if compiled is None or not compiled.reads(t) or torch._is_functional_tensor(t) or t._is_zerotensor():
+    if compiled is None or not compiled.reads(t):
         return None
     n = t.numel()
     stats = compiled.stats(t) if n > 1 else None

@@ -387,15 +387,24 @@ static int make_layout(int ndim, const int64_t *sizes, const int64_t *strides, s
     return 0;
 }
 
-/* out = [sum, l1, sum of squares, max |x|, *sketch] of the source's elements, over up to `threads` threads.
-   Returns 0, or -1 where memory for the shares could not be had (the caller takes the torch ops then). */
-static int stats(fold_fn fold, const struct source *s, int threads, const double *weights, double *out) {
+/* Bytes of one thread's share: the caller's workspace holds one per thread. */
+int64_t tracediff_share_bytes(void) { return (int64_t)sizeof(struct share); }
+
+/* out = [sum, l1, sum of squares, max |x|, *sketch] of the source's elements, over up to `threads` threads, their
+   shares in `workspace` (of `workspace_bytes`; where it is too small, on the heap). Returns 0, or -1 where memory
+   for the shares could not be had (the caller takes the torch ops then). */
+static int stats(fold_fn fold, const struct source *s, int threads, const double *weights, double *out,
+                 void *workspace, int64_t workspace_bytes) {
     int64_t rows = (s->n + PERIOD - 1) / PERIOD;
     int64_t cols = s->n < PERIOD ? s->n : PERIOD;
     if (threads > rows) threads = (int)rows;
     if (threads < 1) threads = 1;
-    /* On the heap: a share is 88 KiB, more than some threads' stacks can spare. */
-    struct share *shares = malloc(sizeof(struct share) * (size_t)threads);
+    /* Not on the stack: a share is 88 KiB, more than some threads' stacks can spare. Nor on the heap each time:
+       two shares are past glibc's mmap threshold, and in a recording, where torch's own frees keep trimming the
+       heap, a fresh allocation faulted its pages in again on every call (about a thousand faults per recorded
+       call of the CPU GPT-2). */
+    size_t need = sizeof(struct share) * (size_t)threads;
+    struct share *shares = workspace_bytes >= (int64_t)need ? (struct share *)workspace : malloc(need);
     if (!shares) return -1;
     int used = 1;
 #ifdef _OPENMP
@@ -422,7 +431,7 @@ static int stats(fold_fn fold, const struct source *s, int threads, const double
     out[1] = l1;
     out[2] = sq;
     out[3] = max_abs;
-    free(shares);
+    if (shares != workspace) free(shares);
     return 0;
 }
 
@@ -438,7 +447,7 @@ int tracediff_float32_avx2(void) {
 /* The statistics of x's n elements, read in row-major order: `ndim` 0 for a contiguous tensor, else its
    sizes and strides in elements (at most MAX_DIMS dims). Returns 0, or -1 (the caller takes the torch ops). */
 int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
-                        int threads, const double *weights, double *out) {
+                        int threads, const double *weights, double *out, void *workspace, int64_t workspace_bytes) {
     struct source s = {(const char *)x, n, sizeof(float), {0}};
     if (make_layout(ndim, sizes, strides, &s.layout) != 0) return -1;
     fold_fn fold = fold_f32;
@@ -448,12 +457,12 @@ int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *size
         if (tracediff_float32_avx2()) fold = fold_f32_blocks_avx2;
 #endif
     }
-    return stats(fold, &s, threads, weights, out);
+    return stats(fold, &s, threads, weights, out, workspace, workspace_bytes);
 }
 
 int tracediff_stats_f64(const double *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
-                        int threads, const double *weights, double *out) {
+                        int threads, const double *weights, double *out, void *workspace, int64_t workspace_bytes) {
     struct source s = {(const char *)x, n, sizeof(double), {0}};
     if (make_layout(ndim, sizes, strides, &s.layout) != 0) return -1;
-    return stats(fold_f64, &s, threads, weights, out);
+    return stats(fold_f64, &s, threads, weights, out, workspace, workspace_bytes);
 }

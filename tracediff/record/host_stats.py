@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -39,6 +40,8 @@ _COMPILE_SECONDS = 120
 # Elements from which a tensor is split over threads: below, starting them costs more than they save (a
 # tensor just written by a torch op, 2 cores: 32768 elements 21 us either way, 131072 54 -> 37 us).
 THREADS_FROM = 1 << 16
+# The tensor types whose memory is their data (fingerprint.PLAIN_TENSORS).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 class HostStats:
@@ -57,9 +60,15 @@ class HostStats:
         for dtype, name in ((torch.float32, "tracediff_stats_f32"), (torch.float64, "tracediff_stats_f64")):
             function = getattr(library, name)
             function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+                                 ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
             function.restype = ctypes.c_int
             self._by_dtype[dtype] = function
+        library.tracediff_share_bytes.restype = ctypes.c_int64
+        self._share_bytes = int(library.tracediff_share_bytes())
+        # The threads' working memory, kept from call to call (a fresh one faulted its pages in each time); one
+        # call at a time uses it, the others (another Python thread's: the call releases the GIL) allocate their own.
+        self._workspace: ctypes.Array[ctypes.c_char] | None = None
+        self._workspace_lock = threading.Lock()
         self.avx2 = bool(library.tracediff_float32_avx2())
 
     @property
@@ -71,9 +80,12 @@ class HostStats:
         return ", ".join(parts)
 
     def reads(self, x: torch.Tensor) -> bool:
-        """Whether `stats` takes `x` as it is: a float32 or float64 CPU tensor of at most MAX_DIMS dims whose memory
-        holds its values (not a negated view)."""
-        return x.dtype in self._by_dtype and x.is_cpu and x.dim() <= self.MAX_DIMS and not x.is_neg()
+        """Whether `stats` may read `x`'s memory as it is: a plain (no subclass) float32 or float64 CPU tensor of at
+        most MAX_DIMS dims whose memory holds its values. Not a wrapper subclass (a DTensor's shard may be a
+        functional collective's AsyncCollectiveTensor, whose data pointer is no data), a functional wrapper, an
+        efficient zero tensor (no memory at all) or a negated view."""
+        return (type(x) in _PLAIN and x.dtype in self._by_dtype and x.is_cpu and x.dim() <= self.MAX_DIMS
+                and not x.is_neg() and not torch._is_functional_tensor(x) and not x._is_zerotensor())
 
     def stats(self, x: torch.Tensor) -> list[float] | None:
         """The statistics of `x` (which `reads`), or None where the C function could not allocate its buffers."""
@@ -81,12 +93,27 @@ class HostStats:
         threads = torch.get_num_threads() if n >= THREADS_FROM and self._threads_in == os.getpid() else 1
         out = (ctypes.c_double * (4 + self._width))()
         if x.is_contiguous():
-            status = self._by_dtype[x.dtype](x.data_ptr(), n, 0, None, None, threads, self._weights_at, out)
+            ndim, sizes, strides = 0, None, None
         else:
             ndim = x.dim()
             sizes, strides = (ctypes.c_int64 * ndim)(*x.shape), (ctypes.c_int64 * ndim)(*x.stride())
-            status = self._by_dtype[x.dtype](x.data_ptr(), n, ndim, sizes, strides, threads, self._weights_at, out)
+        # Never waits for the lock: a forked child may inherit it held by a thread it does not have.
+        mine = self._workspace_lock.acquire(blocking=False)
+        try:
+            workspace, size = self._workspace_for(threads) if mine else (None, 0)
+            status = self._by_dtype[x.dtype](x.data_ptr(), n, ndim, sizes, strides, threads, self._weights_at, out,
+                                             workspace, size)
+        finally:
+            if mine:
+                self._workspace_lock.release()
         return None if status != 0 else out[:]
+
+    def _workspace_for(self, threads: int) -> tuple[int, int]:
+        """The workspace's address and size, grown to hold `threads` shares."""
+        size = threads * self._share_bytes
+        if self._workspace is None or len(self._workspace) < size:
+            self._workspace = ctypes.create_string_buffer(size)
+        return ctypes.addressof(self._workspace), len(self._workspace)
 
 
 class BuildError(Exception):
