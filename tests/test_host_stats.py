@@ -328,3 +328,24 @@ def test_a_wrapper_subclass_is_never_read_by_its_address(tmp_path: Path) -> None
     with tracediff.record(tmp_path / "t.jsonl"):
         (wrapped * 2).sum()  # described, not read by address: the process lives
     assert (tmp_path / "t.jsonl").stat().st_size > 0
+
+
+def test_a_tensor_whose_storage_was_freed_under_it_is_not_read(tmp_path: Path) -> None:
+    """FSDP2 frees a parameter's memory between uses with `untyped_storage().resize_(0)` and keeps the tensor. An op
+    that does not read it (a view) is still recorded; reading it for a fingerprint, by the compiled statistics or by
+    torch's own ops, would read freed memory (a segfault)."""
+    import tracediff
+    from tracediff.trace.reader import Trace
+
+    freed = torch.randn(100_000)
+    freed.untyped_storage().resize_(0)
+    assert not host_stats.memory_holds(freed) and not host_stats.memory_holds(freed.view(1000, 100))
+    assert fingerprint(freed, scratch=Scratch()) is None
+    compiled = _compiled_stats()
+    assert compiled is None or not compiled.reads(freed)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        freed.view(100, 1000).detach()  # ops that take it without reading it
+    ops = {r["op"]: r for r in Trace(tmp_path / "t.jsonl") if r.get("t") == "op"}
+    assert ops["aten::view"]["in"][0]["fp"] is None and ops["aten::detach"]["in"][0]["fp"] is None
+    freed.untyped_storage().resize_(400_000)  # grown again: read as any tensor
+    assert host_stats.memory_holds(freed) and fingerprint(freed, scratch=Scratch()) is not None

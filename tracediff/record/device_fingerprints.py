@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
+from tracediff.record.host_stats import memory_holds
 from tracediff.trace.schema import Fingerprint, without_sketch
 
 if TYPE_CHECKING:  # importing it needs Triton
@@ -299,11 +300,11 @@ class DeviceFingerprints:
     def submit_to_queue(self, t: torch.Tensor) -> Fingerprint | None:
         """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller
         checks) that joins the open queue as it is (its dtype, device and stream; contiguous, not negated, not a
-        functional wrapper or an efficient zero tensor; room left) and does not fill the batch, so no torch op
-        runs here. None where `submit` must take it."""
+        functional wrapper or an efficient zero tensor, its storage not freed under it; room left) and does not fill
+        the batch, so no torch op runs here. None where `submit` must take it."""
         queue, launch = self._queue, self._launch
         if (queue is None or launch is None or t.dtype != queue.dtype or not t.is_contiguous() or t.is_neg()
-                or torch._is_functional_tensor(t) or t._is_zerotensor()):
+                or torch._is_functional_tensor(t) or t._is_zerotensor() or not memory_holds(t)):
             return None
         n = t.numel()
         nbytes = n * t.element_size()

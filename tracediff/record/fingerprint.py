@@ -49,7 +49,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from tracediff.record import host_stats
-from tracediff.record.host_stats import HostStats
+from tracediff.record.host_stats import HostStats, memory_holds
 from tracediff.trace.schema import Fingerprint
 
 # Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
@@ -114,9 +114,10 @@ def sum_and_sketch(x: torch.Tensor) -> torch.Tensor:
 
 
 def has_data(t: torch.Tensor) -> bool:
-    """False for tensors whose values do not exist: meta, fake, functional wrappers."""
+    """False for tensors whose values do not exist: meta, fake, functional wrappers, and plain tensors whose
+    storage was freed under them (`host_stats.memory_holds`)."""
     if type(t) in PLAIN_TENSORS:  # the common case, checked per fingerprint: neither fake nor another subclass
-        return not t.is_meta and not torch._is_functional_tensor(t)
+        return not t.is_meta and not torch._is_functional_tensor(t) and memory_holds(t)
     if t.is_meta or t.device.type == "meta":
         return False
     # FakeTensor and other wrapper subclasses carry no storage we may read. A FunctionalTensor (AOT autograd's

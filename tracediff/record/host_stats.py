@@ -83,9 +83,10 @@ class HostStats:
         """Whether `stats` may read `x`'s memory as it is: a plain (no subclass) float32 or float64 CPU tensor of at
         most MAX_DIMS dims whose memory holds its values. Not a wrapper subclass (a DTensor's shard may be a
         functional collective's AsyncCollectiveTensor, whose data pointer is no data), a functional wrapper, an
-        efficient zero tensor (no memory at all) or a negated view."""
+        efficient zero tensor (no memory at all), a negated view, or a tensor whose storage no longer holds it."""
         return (type(x) in _PLAIN and x.dtype in self._by_dtype and x.is_cpu and x.dim() <= self.MAX_DIMS
-                and not x.is_neg() and not torch._is_functional_tensor(x) and not x._is_zerotensor())
+                and not x.is_neg() and not torch._is_functional_tensor(x) and not x._is_zerotensor()
+                and memory_holds(x))
 
     def stats(self, x: torch.Tensor) -> list[float] | None:
         """The statistics of `x` (which `reads`), or None where the C function could not allocate its buffers."""
@@ -114,6 +115,24 @@ class HostStats:
         if self._workspace is None or len(self._workspace) < size:
             self._workspace = ctypes.create_string_buffer(size)
         return ctypes.addressof(self._workspace), len(self._workspace)
+
+
+def memory_holds(x: torch.Tensor) -> bool:
+    """Whether `x`'s storage still covers every element its geometry reaches. A program may free a tensor's memory
+    and keep the tensor (`untyped_storage().resize_(0)`, as FSDP2 does with a parameter between uses): reading it
+    then reads freed memory, in torch's ops as in the compiled statistics (a segfault, not an error). True where
+    there is no storage to tell by (a sparse tensor): its own ops read it."""
+    try:
+        storage_bytes = x.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return True
+    if x.is_contiguous():
+        end = x.storage_offset() + x.numel()
+    elif x.numel() == 0:
+        return True
+    else:
+        end = x.storage_offset() + 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
+    return end * x.element_size() <= storage_bytes
 
 
 class BuildError(Exception):
