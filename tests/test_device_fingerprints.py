@@ -161,6 +161,20 @@ def test_the_queues_fast_entry_takes_only_what_submit_would_queue_and_gives_the_
     assert fast_fingerprints == fingerprints
 
 
+def test_the_queues_fast_entry_declines_a_tensor_whose_storage_was_freed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FSDP2 frees a parameter's memory between uses (`untyped_storage().resize_(0)`) and keeps the tensor; the
+    kernel would read freed device memory. The fast entry declines it, and the recorder's other path does not read
+    it either (`has_data`)."""
+    device = DeviceFingerprints(batch=64, programs=4)
+    _queueing(device, monkeypatch)
+    device.submit(torch.randn(50))  # opens the queue
+    freed = torch.randn(50)
+    freed.untyped_storage().resize_(0)
+    assert device.submit_to_queue(freed) is None
+    assert device.submit_to_queue(torch.randn(50)) is not None  # a tensor with its memory joins as before
+    device.finish()
+
+
 def test_the_recorder_launches_queued_fingerprints_before_a_write(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """`y` waits in the queue when `add_` and `resize_` come: each must launch it first, or its recorded
     fingerprint is of the value written after it (or of freed memory)."""
