@@ -349,3 +349,18 @@ def test_a_tensor_whose_storage_was_freed_under_it_is_not_read(tmp_path: Path) -
     assert ops["aten::view"]["in"][0]["fp"] is None and ops["aten::detach"]["in"][0]["fp"] is None
     freed.untyped_storage().resize_(400_000)  # grown again: read as any tensor
     assert host_stats.memory_holds(freed) and fingerprint(freed, scratch=Scratch()) is not None
+
+
+def test_a_recorded_tensor_with_nan_is_counted_by_torch_ops_the_recording_does_not_see(tmp_path: Path) -> None:
+    import tracediff
+    from tracediff.trace.reader import Trace
+
+    x = torch.randn(3 * SKETCH_PERIOD)
+    x[5], x[7] = float("nan"), float("inf")
+    with tracediff.record(tmp_path / "t.jsonl"):
+        y = x * 2
+    records = [r for r in Trace(tmp_path / "t.jsonl") if r.get("t") == "op"]
+    assert [r["op"] for r in records] == ["aten::mul.Tensor"]  # the counting ops are not the program's
+    out = records[0]["out"][0]["fp"]
+    assert (out["nan"], out["inf"], out["n"]) == (1, 1, 3 * SKETCH_PERIOD)
+    assert out == fingerprint(y)

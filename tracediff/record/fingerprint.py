@@ -274,19 +274,23 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
 
 
 def fingerprint_in_place(t: torch.Tensor) -> Fingerprint | None:
-    """`fingerprint(t)` for the common case, by the compiled statistics reading `t` where it lies with no torch op
-    (so no dispatch mode sees one): a plain float32 or float64 CPU tensor of more than one element, contiguous or
-    a strided view, with memory of its own (not a functional wrapper or an efficient zero tensor), and every value
-    finite. None where `fingerprint` must take it (NaN and Inf are counted by torch ops there)."""
+    """`fingerprint(t)` for the common case, by the compiled statistics reading `t` where it lies: a plain float32 or
+    float64 CPU tensor of more than one element, contiguous or a strided view, with memory of its own (not a
+    functional wrapper or an efficient zero tensor). No torch op runs, so no dispatch mode sees one, unless a value
+    is NaN or Inf: torch's ops count those, with every Python dispatch mode off (`t` is a plain tensor). None where
+    `fingerprint` must take it."""
     compiled = _compiled_stats()
     if compiled is None or not compiled.reads(t):
         return None
     n = t.numel()
     stats = compiled.stats(t) if n > 1 else None
-    if stats is None or not (math.isfinite(stats[0]) and math.isfinite(stats[1]) and math.isfinite(stats[2])):
+    if stats is None:
         return None
     s, l1, sq, mx, *sk = stats
-    return from_stats([s, l1, sq, mx, 0, 0, *sk], n)
+    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
+        return from_stats([s, l1, sq, mx, 0, 0, *sk], n)
+    with torch._C._DisableTorchDispatch():
+        return _nonfinite_fingerprint(as_real(t, torch.float64))
 
 
 def _from_finite_stats(stats: list[float], n: int, t: torch.Tensor) -> Fingerprint:

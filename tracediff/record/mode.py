@@ -517,7 +517,7 @@ class TraceRecorder(TorchDispatchMode):
                 if queued is not None:
                     return queued
             if plain and not self.exact and (fp := fingerprint_in_place(t)) is not None:
-                return fp  # most of a CPU program's tensors: no torch op, so no dispatch to disable
+                return fp  # most of a CPU program's tensors: read in place, no dispatch to disable
             if not plain:
                 t = local_shard(t)
                 plain = type(t) in PLAIN_TENSORS
