@@ -69,6 +69,7 @@ class HostStats:
         # The threads' working memory, kept from call to call (a fresh one faulted its pages in each time); one
         # call at a time uses it, the others (another Python thread's: the call releases the GIL) allocate their own.
         self._workspace: ctypes.Array[ctypes.c_char] | None = None
+        self._workspace_at = 0  # its address, taken once: `ctypes.addressof` raises an audit event per call
         self._workspace_lock = threading.Lock()
         self.avx2 = bool(library.tracediff_float32_avx2())
 
@@ -115,7 +116,8 @@ class HostStats:
         size = threads * self._share_bytes
         if self._workspace is None or len(self._workspace) < size:
             self._workspace = ctypes.create_string_buffer(size)
-        return ctypes.addressof(self._workspace), len(self._workspace)
+            self._workspace_at = ctypes.addressof(self._workspace)
+        return self._workspace_at, len(self._workspace)
 
 
 def memory_holds(x: torch.Tensor) -> bool:
