@@ -7,6 +7,7 @@ import importlib
 import multiprocessing
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -328,6 +329,25 @@ def test_a_wrapper_subclass_is_never_read_by_its_address(tmp_path: Path) -> None
     with tracediff.record(tmp_path / "t.jsonl"):
         (wrapped * 2).sum()  # described, not read by address: the process lives
     assert (tmp_path / "t.jsonl").stat().st_size > 0
+
+
+@needs_compiler
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr", "mkldnn", "nested"])
+def test_a_tensor_whose_memory_is_not_its_values_in_order_is_not_read_by_address(layout: str) -> None:
+    """A sparse, MKLDNN (blocked) or nested tensor's memory is not its values in row-major order: they go through
+    their own ops."""
+    compiled = _compiled_stats()
+    assert compiled is not None
+    dense = torch.randn(100, 100)
+    make = {"sparse_coo": lambda: dense.to_sparse(), "sparse_csr": lambda: dense.to_sparse_csr(),
+            "mkldnn": lambda: dense.to_mkldnn(),
+            "nested": lambda: torch.nested.nested_tensor([torch.randn(5000), torch.randn(3000)])}
+    if layout == "mkldnn" and not torch.backends.mkldnn.is_available():
+        pytest.skip("no MKLDNN in this torch build")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors: a prototype API
+        t = make[layout]()
+    assert not compiled.reads(t)
 
 
 def test_a_tensor_whose_storage_was_freed_under_it_is_not_read(tmp_path: Path) -> None:

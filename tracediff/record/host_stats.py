@@ -82,13 +82,14 @@ class HostStats:
         return ", ".join(parts)
 
     def reads(self, x: torch.Tensor) -> bool:
-        """Whether `stats` may read `x`'s memory as it is: a plain (no subclass) float32 or float64 CPU tensor of at
-        most MAX_DIMS dims whose memory holds its values. Not a wrapper subclass (a DTensor's shard may be a
-        functional collective's AsyncCollectiveTensor, whose data pointer is no data), a functional wrapper, an
-        efficient zero tensor (no memory at all), a negated view, or a tensor whose storage no longer holds it."""
-        return (type(x) in _PLAIN and x.dtype in self._by_dtype and x.is_cpu and x.dim() <= self.MAX_DIMS
-                and not x.is_neg() and not torch._is_functional_tensor(x) and not x._is_zerotensor()
-                and memory_holds(x))
+        """Whether `stats` may read `x`'s memory as it is: a plain (no subclass), dense float32 or float64 CPU tensor
+        of at most MAX_DIMS dims whose memory holds its values. Not a sparse, MKLDNN or nested tensor (their memory
+        is not their values in row-major order), a wrapper subclass (a DTensor's shard may be a functional
+        collective's AsyncCollectiveTensor, whose data pointer is no data), a functional wrapper, an efficient zero
+        tensor (no memory at all), a negated view, or a tensor whose storage no longer holds it."""
+        return (type(x) in _PLAIN and x.layout == torch.strided and not x.is_nested and x.dtype in self._by_dtype
+                and x.is_cpu and x.dim() <= self.MAX_DIMS and not x.is_neg() and not torch._is_functional_tensor(x)
+                and not x._is_zerotensor() and memory_holds(x))
 
     def stats(self, x: torch.Tensor) -> list[float] | None:
         """The statistics of `x` (which `reads`), or None where the C function could not allocate its buffers."""
