@@ -49,11 +49,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from tracediff.record import host_stats
-from tracediff.record.host_stats import HostStats, memory_holds
+from tracediff.record.host_stats import PLAIN_TENSORS, HostStats, memory_holds
 from tracediff.trace.schema import Fingerprint
-
-# Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour.
-PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n", "sk")
 # The sketch's signs repeat with this (prime) period: one table of signs serves every size, and
@@ -267,7 +264,7 @@ def fingerprint(t: torch.Tensor, exact: bool = False, scratch: Scratch | None = 
             stats = (compiled.stats(x) if readable else None) or _torch_stats(x, scratch)
         else:
             stats = _torch_stats(x, scratch)
-        fp = _from_finite_stats(stats, n, t)
+        fp = _finite_fingerprint(stats, n) or _nonfinite_fingerprint(as_real(t, torch.float64))
     if exact:
         fp["hash"] = content_hash(t)
     return fp
@@ -286,20 +283,20 @@ def fingerprint_in_place(t: torch.Tensor) -> Fingerprint | None:
     stats = compiled.stats(t) if n > 1 else None
     if stats is None:
         return None
-    s, l1, sq, mx, *sk = stats
-    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
-        return from_stats([s, l1, sq, mx, 0, 0, *sk], n)
+    fp = _finite_fingerprint(stats, n)
+    if fp is not None:
+        return fp
     with torch._C._DisableTorchDispatch():
         return _nonfinite_fingerprint(as_real(t, torch.float64))
 
 
-def _from_finite_stats(stats: list[float], n: int, t: torch.Tensor) -> Fingerprint:
-    """The fingerprint from [sum, l1, sum of squares, max, *sketch] of `t`'s `n` real elements, taken again
-    over the finite ones, with NaN and Inf counted, where a sum is not finite."""
+def _finite_fingerprint(stats: list[float], n: int) -> Fingerprint | None:
+    """The fingerprint from [sum, l1, sum of squares, max, *sketch] of `n` real elements, or None where a sum is
+    not finite (NaN or Inf elements, or overflow: `_nonfinite_fingerprint` counts them)."""
     s, l1, sq, mx, *sk = stats
     if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
         return from_stats([s, l1, sq, mx, 0, 0, *sk], n)
-    return _nonfinite_fingerprint(as_real(t, torch.float64))
+    return None
 
 
 def _torch_stats(x: torch.Tensor, scratch: Scratch | None) -> list[float]:

@@ -212,17 +212,36 @@ static inline void row_tail(const float *row, int64_t c, int64_t m, float *block
     }
 }
 
+/* Both versions' vector sums below, as they lie in memory: four lanes of |x|'s sums and of x^2's, and eight
+   of max |x|'s bits. */
+struct lanes {
+    double l1[4], sq[4];
+    uint32_t max_bits[8];
+};
+
+/* The lanes of `sums` (a struct lanes in memory) added into the row tails' sums and maximum, in lane order. */
+static inline void add_lanes(const void *sums, double *l1, double *sq, uint32_t *max_bits) {
+    struct lanes v;
+    memcpy(&v, sums, sizeof v);
+    for (int j = 0; j < 4; j++) {
+        *l1 += v.l1[j];
+        *sq += v.sq[j];
+    }
+    for (int j = 0; j < 8; j++)
+        if (v.max_bits[j] > *max_bits) *max_bits = v.max_bits[j];
+}
+
 /* Rows [first, last), a block of BLOCK_ROWS at a time; `CHUNK_FN(row, c, end, block, &sums)` takes columns
    [c, end) of one row, 32 at a time, and returns where it stopped (`sums`: SUMS_T, its vector accumulators,
-   zeroed by SUMS_INIT and added into l1, sq and max_bits by SUMS_DONE). */
-#define FOLD_BLOCKS(NAME, CHUNK_FN, SUMS_T, SUMS_INIT, SUMS_DONE)                               \
+   zeroed first, a struct lanes in memory). */
+#define FOLD_BLOCKS(NAME, CHUNK_FN, SUMS_T)                                                     \
     static void NAME(const struct source *s, int64_t first, int64_t last, struct share *p) {    \
         double *fold = p->fold;                                                                 \
         float *block = p->block;                                                                \
         double l1 = 0, sq = 0;                                                                  \
         uint32_t max_bits = 0;                                                                  \
         SUMS_T sums;                                                                            \
-        SUMS_INIT(sums);                                                                        \
+        memset(&sums, 0, sizeof sums);                                                          \
         struct cursor cur;                                                                      \
         start_rows(s, first, &cur);                                                             \
         memset(fold, 0, sizeof(double) * PERIOD);                                               \
@@ -237,7 +256,7 @@ static inline void row_tail(const float *row, int64_t c, int64_t m, float *block
             }                                                                                   \
             for (int64_t c = 0; c < PERIOD; c++) fold[c] += block[c];                           \
         }                                                                                       \
-        SUMS_DONE(sums, l1, sq, max_bits);                                                      \
+        add_lanes(&sums, &l1, &sq, &max_bits);                                                  \
         float max_abs;                                                                          \
         memcpy(&max_abs, &max_bits, sizeof max_abs);                                            \
         p->l1 = l1;                                                                             \
@@ -256,16 +275,7 @@ struct wide_sums {
     d4 l1, sq;
     i32x8 max_bits;
 };
-#define ZEROED(s) memset(&(s), 0, sizeof(s))
-#define WIDE_DONE(s, l1, sq, max_bits)                                                          \
-    do {                                                                                        \
-        for (int j = 0; j < 4; j++) {                                                           \
-            l1 += (s).l1[j];                                                                    \
-            sq += (s).sq[j];                                                                    \
-        }                                                                                       \
-        for (int j = 0; j < 8; j++)                                                             \
-            if ((uint32_t)(s).max_bits[j] > max_bits) max_bits = (uint32_t)(s).max_bits[j];     \
-    } while (0)
+_Static_assert(sizeof(struct wide_sums) == sizeof(struct lanes), "a struct lanes in memory");
 
 static inline d4 widened(f8 f) {
     f4 lo = {f[0], f[1], f[2], f[3]}, hi = {f[4], f[5], f[6], f[7]};
@@ -302,7 +312,7 @@ static inline int64_t chunk_portable(const float *row, int64_t c, int64_t end, f
     return c;
 }
 
-FOLD_BLOCKS(fold_f32_blocks, chunk_portable, struct wide_sums, ZEROED, WIDE_DONE)
+FOLD_BLOCKS(fold_f32_blocks, chunk_portable, struct wide_sums)
 
 #ifdef HAVE_AVX2_PATH
 /* AVX2 with intrinsics, where the compiler's vectors fall short: max |x| as one vpmaxud (the portable
@@ -312,6 +322,7 @@ struct avx2_sums {
     __m256d l1, sq;
     __m256i max_bits;
 };
+_Static_assert(sizeof(struct avx2_sums) == sizeof(struct lanes), "a struct lanes in memory");
 
 #define AVX_TURN(k)                                                                             \
     do {                                                                                        \
@@ -344,22 +355,7 @@ AVX2 static inline int64_t chunk_avx2(const float *row, int64_t c, int64_t end, 
     return c;
 }
 
-#define AVX2_DONE(s, l1, sq, max_bits)                                                          \
-    do {                                                                                        \
-        double l1_[4], sq_[4];                                                                  \
-        uint32_t max_[8];                                                                       \
-        _mm256_storeu_pd(l1_, (s).l1);                                                          \
-        _mm256_storeu_pd(sq_, (s).sq);                                                          \
-        _mm256_storeu_si256((__m256i *)max_, (s).max_bits);                                     \
-        for (int j = 0; j < 4; j++) {                                                           \
-            l1 += l1_[j];                                                                       \
-            sq += sq_[j];                                                                       \
-        }                                                                                       \
-        for (int j = 0; j < 8; j++)                                                             \
-            if (max_[j] > max_bits) max_bits = max_[j];                                         \
-    } while (0)
-
-AVX2 FOLD_BLOCKS(fold_f32_blocks_avx2, chunk_avx2, struct avx2_sums, ZEROED, AVX2_DONE)
+AVX2 FOLD_BLOCKS(fold_f32_blocks_avx2, chunk_avx2, struct avx2_sums)
 #endif
 
 /* ---- The entry points ----------------------------------------------------------------------------------- */

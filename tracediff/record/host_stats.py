@@ -41,8 +41,9 @@ _COMPILE_SECONDS = 120
 # Elements from which a tensor is split over threads: below, starting them costs more than they save (a
 # tensor just written by a torch op, 2 cores: 32768 elements 21 us either way, 131072 54 -> 37 us).
 THREADS_FROM = 1 << 16
-# The tensor types whose memory is their data (fingerprint.PLAIN_TENSORS).
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+# Tensor types whose data a fingerprint reads directly, with no subclass dispatch to honour (their memory is
+# their data; a subclass's may not be).
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 class HostStats:
@@ -87,7 +88,7 @@ class HostStats:
         is not their values in row-major order), a wrapper subclass (a DTensor's shard may be a functional
         collective's AsyncCollectiveTensor, whose data pointer is no data), a functional wrapper, an efficient zero
         tensor (no memory at all), a negated view, or a tensor whose storage no longer holds it."""
-        return (type(x) in _PLAIN and x.layout == torch.strided and not x.is_nested and x.dtype in self._by_dtype
+        return (type(x) in PLAIN_TENSORS and x.layout == torch.strided and not x.is_nested and x.dtype in self._by_dtype
                 and x.is_cpu and x.dim() <= self.MAX_DIMS and not x.is_neg() and not torch._is_functional_tensor(x)
                 and not x._is_zerotensor() and memory_holds(x))
 
