@@ -19,10 +19,10 @@ from tracediff.record.fingerprint import (
     SKETCH_WIDTH,
     Scratch,
     _compiled_stats,
-    _sum_and_sketch_weights,
     _torch_stats,
     as_real,
     fingerprint,
+    sketch_masks,
 )
 
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -155,7 +155,7 @@ def test_a_forked_child_computes_them_without_the_parents_threads() -> None:
 
 def test_torch_ops_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEDIFF_HOST_FINGERPRINT", "torch")
-    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu")) is None
+    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, sketch_masks()) is None
 
 
 def test_no_compiler_means_the_torch_ops(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_no_compiler_means_the_torch_ops(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv("TRACEDIFF_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(host_stats.BuildError):
         host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH)
-    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu")) is None
+    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, sketch_masks()) is None
 
 
 def test_a_failing_compiler_means_the_torch_ops(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_a_failing_compiler_means_the_torch_ops(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("TRACEDIFF_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(host_stats.BuildError, match="no"):
         host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH)
-    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu")) is None
+    assert host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, sketch_masks()) is None
     assert not [p for p in (tmp_path / "cache").iterdir() if p.suffix == ".so"]  # nothing half-built left
 
 
@@ -257,7 +257,7 @@ def test_the_portable_loop_gives_the_avx2_loops_numbers(tmp_path: Path) -> None:
     compiled = _compiled_stats()
     assert compiled is not None
     library = ctypes.CDLL(str(host_stats.build(SKETCH_PERIOD, SKETCH_WIDTH, cache=tmp_path, defines=("TRACEDIFF_PORTABLE",))))
-    portable = host_stats.HostStats(library, _sum_and_sketch_weights("cpu"), SKETCH_WIDTH, threaded=False)
+    portable = host_stats.HostStats(library, sketch_masks(), SKETCH_WIDTH, threaded=False)
     assert portable.description == "compiled, portable"
     for x in (torch.randn(3 * SKETCH_PERIOD + 100) - 0.5, torch.randn(300, 700).t()):
         ours, theirs = compiled.stats(x), portable.stats(x)

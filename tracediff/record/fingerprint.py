@@ -72,6 +72,13 @@ def sketch_signs(device: str = "cpu") -> torch.Tensor:
     return (bits * 2 - 1).to(torch.float64)
 
 
+def sketch_masks() -> torch.Tensor:
+    """[SKETCH_PERIOD] int32: the sketch's signs of each position as bits (bit j set where sign j is +1), for
+    record/host_stats.c."""
+    positive = (sketch_signs() > 0).to(torch.int32)
+    return (positive << torch.arange(SKETCH_WIDTH, dtype=torch.int32)).sum(1, dtype=torch.int32)
+
+
 def sketch(x: torch.Tensor) -> torch.Tensor:
     """The signed sums of flat, finite `x` (float64, [SKETCH_WIDTH]), on x's device, unread."""
     return sum_and_sketch(x)[1:]
@@ -310,7 +317,7 @@ def _torch_stats(x: torch.Tensor, scratch: Scratch | None) -> list[float]:
 def _compiled_stats() -> HostStats | None:
     """The one-pass C statistics for CPU tensors (record/host_stats.py), built on first use; None where they
     cannot be built (the torch ops serve then)."""
-    return host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, _sum_and_sketch_weights("cpu"))
+    return host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, sketch_masks())
 
 
 def host_fingerprint_path() -> str:

@@ -47,29 +47,34 @@
 #define BLOCK_ROWS 16
 #define CHUNK 1024
 
-/* out = [sum, l1, sum of squares, max |x|, WIDTH signed sums] from the fold's `cols` column sums.
-   weights: [1 + WIDTH][PERIOD] doubles, row-major: a row of ones (the sum), then the sketch's signs. */
-CLONES static void products(const double *fold, int64_t cols, const double *weights, double *out) {
-    double sums[1 + WIDTH];
-    int j = 0;
-    /* Four rows at a time: four independent sums (one would wait on its own latency at each step). */
-    for (; j + 4 <= 1 + WIDTH; j += 4) {
-        const double *w0 = weights + (int64_t)j * PERIOD, *w1 = w0 + PERIOD, *w2 = w1 + PERIOD, *w3 = w2 + PERIOD;
-        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (int64_t c = 0; c < cols; c++) {
-            double f = fold[c];
-            s0 += w0[c] * f; s1 += w1[c] * f; s2 += w2[c] * f; s3 += w3[c] * f;
+/* out = [sum, l1, sum of squares, max |x|, WIDTH signed sums] from the fold's `cols` column sums (out[1..3] are the
+   caller's). masks[c]: the sketch's signs of column c as bits (set: +1, clear: -1; record/fingerprint.py's
+   sketch_masks), 16 KiB to read where a table of signs as doubles was 557 KiB, which a large tensor's pass had pushed
+   out of the caches: those loads were about a tenth of a recorded CPU GPT-2 call (BENCHMARKS.md, eleventh pass).
+   The columns are summed by each byte of their mask first (two buckets per column, not sixteen signed sums); sign
+   j's sum is then that of the 256 buckets of its byte, each signed by bit j of the byte. */
+CLONES static void products(const double *fold, int64_t cols, const uint32_t *masks, double *out) {
+    _Static_assert(WIDTH == 16, "the sketch's signs as the two bytes of a mask");
+    double low[256], high[256], sum = 0;
+    memset(low, 0, sizeof low);
+    memset(high, 0, sizeof high);
+    for (int64_t c = 0; c < cols; c++) {
+        double f = fold[c];
+        uint32_t m = masks[c];
+        low[m & 255] += f;
+        high[m >> 8 & 255] += f;
+        sum += f;
+    }
+    out[0] = sum;
+    for (int j = 0; j < 8; j++) {
+        double a = 0, b = 0;
+        for (int v = 0; v < 256; v++) {
+            a += v >> j & 1 ? low[v] : -low[v];
+            b += v >> j & 1 ? high[v] : -high[v];
         }
-        sums[j] = s0; sums[j + 1] = s1; sums[j + 2] = s2; sums[j + 3] = s3;
+        out[4 + j] = a;
+        out[12 + j] = b;
     }
-    for (; j <= WIDTH; j++) {
-        const double *w = weights + (int64_t)j * PERIOD;
-        double s = 0;
-        for (int64_t c = 0; c < cols; c++) s += w[c] * fold[c];
-        sums[j] = s;
-    }
-    out[0] = sums[0];
-    for (j = 1; j <= WIDTH; j++) out[3 + j] = sums[j];
 }
 
 /* ---- Where the elements are: contiguous, or a strided view read in place ---------------------------- */
@@ -267,8 +272,8 @@ static inline void add_lanes(const void *sums, double *l1, double *sq, uint32_t 
 /* Portable: GCC/clang vector types. Four vector sums per statistic, each its own dependency chain: one would
    wait on its add's latency at every step. */
 typedef float f8 __attribute__((vector_size(32)));
-typedef float f4 __attribute__((vector_size(16)));
 typedef double d4 __attribute__((vector_size(32)));
+typedef float f4 __attribute__((vector_size(16)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 
 struct wide_sums {
@@ -389,7 +394,7 @@ int64_t tracediff_share_bytes(void) { return (int64_t)sizeof(struct share); }
 /* out = [sum, l1, sum of squares, max |x|, *sketch] of the source's elements, over up to `threads` threads, their
    shares in `workspace` (of `workspace_bytes`; where it is too small, on the heap). Returns 0, or -1 where memory
    for the shares could not be had (the caller takes the torch ops then). */
-static int stats(fold_fn fold, const struct source *s, int threads, const double *weights, double *out,
+static int stats(fold_fn fold, const struct source *s, int threads, const uint32_t *masks, double *out,
                  void *workspace, int64_t workspace_bytes) {
     int64_t rows = (s->n + PERIOD - 1) / PERIOD;
     int64_t cols = s->n < PERIOD ? s->n : PERIOD;
@@ -423,7 +428,7 @@ static int stats(fold_fn fold, const struct source *s, int threads, const double
         if (t)
             for (int64_t c = 0; c < cols; c++) shares[0].fold[c] += shares[t].fold[c];
     }
-    products(shares[0].fold, cols, weights, out);
+    products(shares[0].fold, cols, masks, out);
     out[1] = l1;
     out[2] = sq;
     out[3] = max_abs;
@@ -443,7 +448,7 @@ int tracediff_float32_avx2(void) {
 /* The statistics of x's n elements, read in row-major order: `ndim` 0 for a contiguous tensor, else its
    sizes and strides in elements (at most MAX_DIMS dims). Returns 0, or -1 (the caller takes the torch ops). */
 int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
-                        int threads, const double *weights, double *out, void *workspace, int64_t workspace_bytes) {
+                        int threads, const uint32_t *masks, double *out, void *workspace, int64_t workspace_bytes) {
     struct source s = {(const char *)x, n, sizeof(float), {0}};
     if (make_layout(ndim, sizes, strides, &s.layout) != 0) return -1;
     fold_fn fold = fold_f32;
@@ -453,12 +458,12 @@ int tracediff_stats_f32(const float *x, int64_t n, int ndim, const int64_t *size
         if (tracediff_float32_avx2()) fold = fold_f32_blocks_avx2;
 #endif
     }
-    return stats(fold, &s, threads, weights, out, workspace, workspace_bytes);
+    return stats(fold, &s, threads, masks, out, workspace, workspace_bytes);
 }
 
 int tracediff_stats_f64(const double *x, int64_t n, int ndim, const int64_t *sizes, const int64_t *strides,
-                        int threads, const double *weights, double *out, void *workspace, int64_t workspace_bytes) {
+                        int threads, const uint32_t *masks, double *out, void *workspace, int64_t workspace_bytes) {
     struct source s = {(const char *)x, n, sizeof(double), {0}};
     if (make_layout(ndim, sizes, strides, &s.layout) != 0) return -1;
-    return stats(fold_f64, &s, threads, weights, out, workspace, workspace_bytes);
+    return stats(fold_f64, &s, threads, masks, out, workspace, workspace_bytes);
 }

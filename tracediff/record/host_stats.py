@@ -53,9 +53,9 @@ class HostStats:
 
     MAX_DIMS = 8  # host_stats.c's: a view of more dims is copied first
 
-    def __init__(self, library: ctypes.CDLL, weights: torch.Tensor, width: int, threaded: bool) -> None:
-        self._weights = weights  # held: the C function reads its memory
-        self._weights_at = weights.data_ptr()
+    def __init__(self, library: ctypes.CDLL, masks: torch.Tensor, width: int, threaded: bool) -> None:
+        self._masks = masks  # held: the C function reads its memory
+        self._masks_at = masks.data_ptr()
         self._width = width
         self._threads_in = os.getpid() if threaded else None
         self._by_dtype = {}
@@ -106,7 +106,7 @@ class HostStats:
         mine = self._workspace_lock.acquire(blocking=False)
         try:
             workspace, size = self._workspace_for(threads) if mine else (None, 0)
-            status = self._by_dtype[x.dtype](x.data_ptr(), n, ndim, sizes, strides, threads, self._weights_at, out,
+            status = self._by_dtype[x.dtype](x.data_ptr(), n, ndim, sizes, strides, threads, self._masks_at, out,
                                              workspace, size)
         finally:
             if mine:
@@ -144,9 +144,10 @@ class BuildError(Exception):
     """The C compiler is missing or failed."""
 
 
-def load(period: int, width: int, weights: torch.Tensor) -> HostStats | None:
-    """The compiled statistics for a sketch of `width` sums of `period` signs (`weights`: [1 + width, period]
-    float64, a row of ones then the signs), or None where they cannot be built here (the torch ops serve then)."""
+def load(period: int, width: int, masks: torch.Tensor) -> HostStats | None:
+    """The compiled statistics for a sketch of `width` sums of `period` signs (`masks`: [period] int32, bit j of
+    masks[c] set where sign j of column c is +1), or None where they cannot be built here (the torch ops serve
+    then)."""
     if os.environ.get("TRACEDIFF_HOST_FINGERPRINT", "") == "torch":
         return None
     for threaded in ((True, False) if _torch_libgomp_loaded() else (False,)):
@@ -154,7 +155,7 @@ def load(period: int, width: int, weights: torch.Tensor) -> HostStats | None:
             library = ctypes.CDLL(str(build(period, width, threaded=threaded)))
         except (OSError, subprocess.SubprocessError, BuildError):
             continue
-        return HostStats(library, weights.contiguous(), width, threaded)
+        return HostStats(library, masks.to(torch.int32).contiguous(), width, threaded)
     return None
 
 
