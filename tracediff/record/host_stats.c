@@ -47,15 +47,30 @@
 #define BLOCK_ROWS 16
 #define CHUNK 1024
 
-/* out = [sum, l1, sum of squares, max |x|, WIDTH signed sums] from the fold's `cols` column sums (out[1..3] are the
-   caller's). masks[c]: the sketch's signs of column c as bits (set: +1, clear: -1; record/fingerprint.py's
-   sketch_masks), 16 KiB to read where a table of signs as doubles was 557 KiB, which a large tensor's pass had pushed
-   out of the caches: those loads were about a tenth of a recorded CPU GPT-2 call (BENCHMARKS.md, eleventh pass).
-   The columns are summed by each byte of their mask first (two buckets per column, not sixteen signed sums); sign
-   j's sum is then that of the 256 buckets of its byte, each signed by bit j of the byte. */
+/* sums[j], j < 8: the sum of b's 256 entries, each signed by bit j of its index (set: +1, clear: -1); b[0] ends as the
+   sum of all 256. Bit by bit from the highest, each level halving b: the sums of its halves make that bit's signed
+   sum, and their sum (the entries that differ in that bit alone added) goes on to the next, 765 additions in all
+   where signing all 256 for each bit took 4096. */
+static void signed_by_bits(double *b, double *sums) {
+    for (int j = 7, half = 128; j >= 0; j--, half /= 2) {
+        double set = 0, clear = 0;
+        for (int v = 0; v < half; v++) {
+            clear += b[v];
+            set += b[v + half];
+            b[v] += b[v + half];
+        }
+        sums[j] = set - clear;
+    }
+}
+
+/* out = [sum, WIDTH signed sums] of the fold's `cols` column sums. masks[c]: the sketch's signs of column c as bits
+   (set: +1, clear: -1; record/fingerprint.py's sketch_masks), 16 KiB to read where a table of signs as doubles was
+   557 KiB, which a large tensor's pass had pushed out of the caches: those loads were about a tenth of a recorded
+   CPU GPT-2 call (BENCHMARKS.md, eleventh pass). The columns are summed by each byte of their mask first (two
+   buckets per column, not sixteen signed sums), then each byte's buckets signed bit by bit. */
 CLONES static void products(const double *fold, int64_t cols, const uint32_t *masks, double *out) {
     _Static_assert(WIDTH == 16, "the sketch's signs as the two bytes of a mask");
-    double low[256], high[256], sum = 0;
+    double low[256], high[256];
     memset(low, 0, sizeof low);
     memset(high, 0, sizeof high);
     for (int64_t c = 0; c < cols; c++) {
@@ -63,18 +78,10 @@ CLONES static void products(const double *fold, int64_t cols, const uint32_t *ma
         uint32_t m = masks[c];
         low[m & 255] += f;
         high[m >> 8 & 255] += f;
-        sum += f;
     }
-    out[0] = sum;
-    for (int j = 0; j < 8; j++) {
-        double a = 0, b = 0;
-        for (int v = 0; v < 256; v++) {
-            a += v >> j & 1 ? low[v] : -low[v];
-            b += v >> j & 1 ? high[v] : -high[v];
-        }
-        out[4 + j] = a;
-        out[12 + j] = b;
-    }
+    signed_by_bits(low, out + 1);
+    signed_by_bits(high, out + 9);
+    out[0] = low[0];
 }
 
 /* ---- Where the elements are: contiguous, or a strided view read in place ---------------------------- */
@@ -141,6 +148,7 @@ static void gather(const struct source *s, struct cursor *c, char *out, int64_t 
 /* One thread's share of the rows: its fold of them, its sums, and room for one row gathered from a strided
    view. */
 struct share {
+    double sums[1 + WIDTH]; /* the products of its fold: its sum and sketch */
     double fold[PERIOD];
     float block[PERIOD]; /* float32 tensors of several rows: a block of rows' column sums */
     double row[PERIOD];  /* a strided view's row, gathered (as float or double) */
@@ -415,23 +423,28 @@ static int stats(fold_fn fold, const struct source *s, int threads, const uint32
             int t = omp_get_thread_num(), k = omp_get_num_threads();
             if (t == 0) used = k;
             fold(s, rows * t / k, rows * (t + 1) / k, &shares[t]);
+            products(shares[t].fold, cols, masks, shares[t].sums);
         }
     } else
 #endif
+    {
         fold(s, 0, rows, &shares[0]);
-    double l1 = 0, sq = 0, max_abs = 0;
+        products(shares[0].fold, cols, masks, shares[0].sums);
+    }
+    /* The sum and sketch are linear in the fold: each thread's of its own rows, added here (no fold to merge). */
+    double l1 = 0, sq = 0, max_abs = 0, sums[1 + WIDTH] = {0};
     for (int t = 0; t < used; t++) {
         double m = shares[t].max_abs;
         l1 += shares[t].l1;
         sq += shares[t].sq;
         max_abs = m > max_abs || m != m ? m : max_abs; /* a NaN's bits sort past every number's: kept */
-        if (t)
-            for (int64_t c = 0; c < cols; c++) shares[0].fold[c] += shares[t].fold[c];
+        for (int j = 0; j <= WIDTH; j++) sums[j] += shares[t].sums[j];
     }
-    products(shares[0].fold, cols, masks, out);
+    out[0] = sums[0];
     out[1] = l1;
     out[2] = sq;
     out[3] = max_abs;
+    for (int j = 1; j <= WIDTH; j++) out[3 + j] = sums[j];
     if (shares != workspace) free(shares);
     return 0;
 }
