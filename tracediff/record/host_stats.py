@@ -56,7 +56,7 @@ class HostStats:
     def __init__(self, library: ctypes.CDLL, masks: torch.Tensor, width: int, threaded: bool) -> None:
         self._masks = masks  # held: the C function reads its memory
         self._masks_at = masks.data_ptr()
-        self._width = width
+        self._out_type = ctypes.c_double * (4 + width)  # the statistics' array type, made once
         self._threads_in = os.getpid() if threaded else None
         self._by_dtype = {}
         for dtype, name in ((torch.float32, "tracediff_stats_f32"), (torch.float64, "tracediff_stats_f64")):
@@ -96,7 +96,7 @@ class HostStats:
         """The statistics of `x` (which `reads`), or None where the C function could not allocate its buffers."""
         n = x.numel()
         threads = torch.get_num_threads() if n >= THREADS_FROM and self._threads_in == os.getpid() else 1
-        out = (ctypes.c_double * (4 + self._width))()
+        out = self._out_type()
         if x.is_contiguous():
             ndim, sizes, strides = 0, None, None
         else:
