@@ -102,6 +102,22 @@ def test_non_finite_numbers_round_trip(tmp_path: Path) -> None:
     assert math.isnan(fp["sum"]) and fp["max"] == math.inf and fp["l1"] == -math.inf
 
 
+@pytest.mark.parametrize("key", ["sum", "l1", "l2", "max"])
+def test_each_non_finite_statistic_round_trips_beside_other_nulls(tmp_path: Path, key: str) -> None:
+    """A record often holds other nulls (a top-level op's module, an unread fingerprint, a key ending like a
+    statistic's): only the statistic's null means a non-finite number, and that one must not be lost."""
+    path = tmp_path / "run.jsonl"
+    record = _op(0)
+    record.update(m=None, zsum=None)
+    record["in"] = [dict(record["out"][0], fp=None)]
+    record["out"][0]["fp"][key] = float("inf")
+    _write(path, [record, _op(1) | {"m": None, "zsum": None}])
+    _, (back, plain) = _read(path)
+    assert back["out"][0]["fp"][key] == math.inf and back["in"][0]["fp"] is None and back["m"] is None
+    assert plain["zsum"] is None
+    assert b"Infinity" in path.read_bytes().splitlines()[1] and b"Infinity" not in path.read_bytes().splitlines()[2]
+
+
 def test_footer_error_is_failed(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     error = {"type": "ValueError", "message": "boom", "traceback": "..."}
