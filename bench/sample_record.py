@@ -8,7 +8,8 @@ Times plain calls, then records `--calls` calls in one session while a CPU-time 
 `--interval` ms) samples the Python stack. Prints the share of samples per function executing ("leaf": time in
 C called from a Python frame counts for that frame, so torch's own dispatch shows as the next Python function it
 calls, `find_torch_dispatch_rule`), per line of tracediff's own code, and per function anywhere on the stack
-("inclusive"). bench/profile_record.py gives exact call counts instead, with cProfile's cost on every call.
+("inclusive"); with `--callers FILE:FUNCTION`, who calls that function. bench/profile_record.py gives exact
+call counts instead, with cProfile's cost on every call.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ sys.path.insert(0, str(BENCH.parent))
 class Samples:
     """Counts of sampled stacks: the executing function, tracediff's executing line, every function on the stack."""
 
-    def __init__(self) -> None:
+    def __init__(self, callers_of: str | None = None) -> None:
         self.total = 0
+        self.callers_of = callers_of  # a function ("file.py:name") whose callers are counted, wherever on the stack
+        self.callers: collections.Counter[str] = collections.Counter()
         self.leaf: collections.Counter[str] = collections.Counter()
         self.lines: collections.Counter[str] = collections.Counter()
         self.inclusive: collections.Counter[str] = collections.Counter()
@@ -51,11 +54,16 @@ class Samples:
             if name not in seen:
                 self.inclusive[name] += 1
                 seen.add(name)
-            frame = frame.f_back
+            caller = frame.f_back
+            if name == self.callers_of and caller is not None:
+                self.callers[f"{Path(caller.f_code.co_filename).name}:{caller.f_code.co_name}"] += 1
+            frame = caller
 
     def print(self, top: int) -> None:
-        for title, counts in (("executing", self.leaf), ("tracediff's lines", self.lines),
-                              ("on the stack", self.inclusive)):
+        tables = [("executing", self.leaf), ("tracediff's lines", self.lines), ("on the stack", self.inclusive)]
+        if self.callers_of:
+            tables.append((f"callers of {self.callers_of}", self.callers))
+        for title, counts in tables:
             print(f"== {title} (% of {self.total} samples)")
             for name, count in counts.most_common(top):
                 print(f"  {100 * count / self.total:5.1f}%  {name}")
@@ -68,6 +76,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=60, help="recorded calls sampled")
     parser.add_argument("--interval", type=float, default=0.2, help="ms of CPU time between samples")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--callers", metavar="FILE:FUNCTION",
+                        help="also count who calls this function (as printed, e.g. _api.py:_audit_fork_safety)")
     parser.add_argument("--compiled", action="store_true",
                         help="torch.compile (inductor) the workload; it compiles inside the recording, so no plain calls")
     options = parser.parse_args()
@@ -94,7 +104,7 @@ def main() -> int:
         start = time.perf_counter()
         plain_host = sum(call() for _ in range(20)) / 20
         print(f"plain: {(time.perf_counter() - start) / 20 * 1e3:.2f} ms per call, host {plain_host * 1e3:.2f} ms")
-    samples = Samples()
+    samples = Samples(options.callers)
     with tracediff.record(Path(tempfile.mkdtemp()) / "sampled.jsonl"):
         for _ in range(3):
             call()

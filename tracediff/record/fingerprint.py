@@ -164,7 +164,7 @@ def from_stats(stats: list[float], n: int) -> Fingerprint:
     fp: Fingerprint = {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
           "nan": int(stats[4]), "inf": int(stats[5]), "n": n}
     if len(stats) == 6 + SKETCH_WIDTH:
-        fp["sk"] = [float(v) for v in stats[6:]]
+        fp["sk"] = stats[6:]  # floats (`tolist`, ctypes): a copy per fingerprint, not a conversion per sum
     return fp
 
 
