@@ -23,6 +23,7 @@ from tracediff.record.fingerprint import (
     as_real,
     fingerprint,
     sketch_masks,
+    sketch_signs,
 )
 
 needs_compiler = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -151,6 +152,14 @@ def test_a_forked_child_computes_them_without_the_parents_threads() -> None:
     got = queue.get(timeout=5)
     assert got is not None and parent is not None
     _close(got, parent, 1e-12)
+
+
+def test_the_c_functions_sign_bits_are_the_sketchs_signs() -> None:
+    """host_stats.c reads the sketch's signs as bits of one int32 per position: bit j set exactly where sign j is +1."""
+    masks, signs = sketch_masks(), sketch_signs()
+    assert masks.dtype == torch.int32 and masks.shape == (SKETCH_PERIOD,)
+    bits = (masks.unsqueeze(1).to(torch.int64) >> torch.arange(SKETCH_WIDTH)) & 1
+    assert torch.equal(bits * 2 - 1, signs.to(torch.int64))
 
 
 def test_torch_ops_when_told(monkeypatch: pytest.MonkeyPatch) -> None:

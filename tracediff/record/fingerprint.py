@@ -301,9 +301,9 @@ def _finite_fingerprint(stats: list[float], n: int) -> Fingerprint | None:
     """The fingerprint from [sum, l1, sum of squares, max, *sketch] of `n` real elements, or None where a sum is
     not finite (NaN or Inf elements, or overflow: `_nonfinite_fingerprint` counts them)."""
     s, l1, sq = stats[0], stats[1], stats[2]
-    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):  # `from_stats`, built directly: once per tensor
-        return {"sum": s, "l1": l1, "l2": math.sqrt(sq), "max": stats[3], "nan": 0, "inf": 0,
-                "n": n, "sk": stats[4:]}  # floats: ctypes and `tolist` give them
+    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
+        # `from_stats`'s dict, built directly (one per fingerprint); the statistics are floats already (ctypes, `tolist`).
+        return {"sum": s, "l1": l1, "l2": math.sqrt(sq), "max": stats[3], "nan": 0, "inf": 0, "n": n, "sk": stats[4:]}
     return None
 
 

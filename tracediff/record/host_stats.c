@@ -280,8 +280,8 @@ static inline void add_lanes(const void *sums, double *l1, double *sq, uint32_t 
 /* Portable: GCC/clang vector types. Four vector sums per statistic, each its own dependency chain: one would
    wait on its add's latency at every step. */
 typedef float f8 __attribute__((vector_size(32)));
-typedef double d4 __attribute__((vector_size(32)));
 typedef float f4 __attribute__((vector_size(16)));
+typedef double d4 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 
 struct wide_sums {
