@@ -4,8 +4,8 @@
    sum, the fold for the sketch), each a dispatch of its own; this reads it once, strided views in place.
 
    PERIOD and WIDTH come from the compile command (record/fingerprint.py's SKETCH_PERIOD and SKETCH_WIDTH).
-   Element i (in row-major order) adds to column i mod PERIOD of the fold, whose products with a row of ones
-   and the sketch's signs are the sum and the sketch. Built with -fassociative-math so that the sums
+   Element i (in row-major order) adds to column i mod PERIOD of the fold, whose sum and signed sums (by the
+   sketch's signs, given as one bit mask per column) are the sum and the sketch. Built with -fassociative-math so that the sums
    vectorize: their order is not the torch ops' order, which a fingerprint never promised (they are compared
    with a tolerance). NaN and Inf still propagate into the sums, which is how the caller knows to take the
    non-finite path.
