@@ -2,6 +2,7 @@
 
     python bench/record_ab.py 9418bc6 hf_gpt2 --device cuda          # against a commit (git archive)
     python bench/record_ab.py /tmp/old_tree hf_gpt2 --device cuda    # against a tree holding tracediff/
+    python bench/record_ab.py . hf_gpt2 --device cuda --warmup 3 --calls 10   # plain against recorded, paired
 
 The other version's package is copied into a temporary directory as `tracediff_old`, its imports renamed, and
 imported beside this tree's. Each round records `--calls` calls in a session of each (their order alternating),
@@ -63,6 +64,9 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--calls", type=int, default=5, help="timed calls per session")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="calls per session before the timed ones (the first reads the weights; on CUDA its records "
+                             "are written in the calls after it)")
     options = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="tracediff-ab-"))
     install_old(options.old, scratch)
@@ -94,8 +98,9 @@ def main() -> int:
         medians = {}
         for name in order:
             with sessions[name]():
-                fn()
-                sync()
+                for _ in range(options.warmup):
+                    fn()
+                    sync()
                 hosts, times = timed_calls(fn, sync, options.calls)
             host[name] += hosts
             total[name] += times
@@ -103,8 +108,8 @@ def main() -> int:
         rounds.append(medians)
         print(f"round {r}: " + "  ".join(f"{name} {ms * 1e3:.2f} ms" for name, ms in medians.items()), flush=True)
     plain = statistics.median(total["plain"])
-    print(f"{options.workload} on {options.device}, {options.rounds} rounds of {options.calls} calls: median ms "
-          f"per call, host ms until it returns, fastest call")
+    print(f"{options.workload} on {options.device}, {options.rounds} rounds of {options.calls} calls after "
+          f"{options.warmup} warm-up: median ms per call, host ms until it returns, fastest call")
     for name in sessions:
         t, h = statistics.median(total[name]), statistics.median(host[name])
         print(f"  {name:12s} {t * 1e3:8.2f} ms ({t / plain:.2f}x)  host {h * 1e3:7.2f} ms  fastest "
