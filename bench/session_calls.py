@@ -1,0 +1,68 @@
+"""Per-call times of several recording sessions in one process, from each session's first call.
+
+    python bench/session_calls.py hf_gpt2 --device cuda              # 3 sessions of 16 calls, plain calls around
+    python bench/session_calls.py hf_gpt2 --sessions 2 --calls 8     # CPU
+
+Tells a session's warm-up (its first call reads every weight; on CUDA the process's first also compiles the
+fingerprint kernels) from the steady state that bench/gpu.py and bench/run.py time, and either from a slow stretch
+of the host (plain calls before and after, in the same process). Prints each call's host time (until it returns)
+and total time (until a synchronize after it), in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
+
+from timing import timed_calls  # noqa: E402
+
+
+def _line(label: str, seconds: list[float]) -> str:
+    return f"{label}: " + " ".join(f"{s * 1e3:.1f}" for s in seconds)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=16, help="recorded calls per session, the first included")
+    parser.add_argument("--plain", type=int, default=10, help="plain calls before the sessions and after them")
+    options = parser.parse_args()
+    import torch
+    import workloads
+
+    import tracediff
+
+    fn = workloads.make(options.workload, device=options.device)
+    # Looked up at each call: the recording hooks it to write held records while the device works.
+    sync: Callable[[], Any] = (lambda: torch.cuda.synchronize()) if options.device.startswith("cuda") else (lambda: None)
+    for _ in range(3):
+        fn()
+    sync()
+    print(f"{options.workload} on {options.device}: ms per call, host (until it returns) and total (to a synchronize)")
+    hosts, totals = timed_calls(fn, sync, options.plain)
+    print(_line("plain before, host ", hosts))
+    print(_line("plain before, total", totals))
+    scratch = Path(tempfile.mkdtemp(prefix="tracediff-sessions-"))
+    for s in range(options.sessions):
+        with tracediff.record(scratch / f"session-{s}.jsonl"):
+            hosts, totals = timed_calls(fn, sync, options.calls)
+        print(_line(f"session {s}, host     ", hosts))
+        print(_line(f"session {s}, total    ", totals))
+    hosts, totals = timed_calls(fn, sync, options.plain)
+    print(_line("plain after, host  ", hosts))
+    print(_line("plain after, total ", totals))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
