@@ -161,10 +161,18 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def from_stats(stats: list[float], n: int) -> Fingerprint:
     """A fingerprint from [sum, l1, sum of squares, max, nan, inf, *sketch] over the finite elements."""
-    fp: Fingerprint = {"sum": float(stats[0]), "l1": float(stats[1]), "l2": math.sqrt(stats[2]), "max": float(stats[3]),
-          "nan": int(stats[4]), "inf": int(stats[5]), "n": n}
-    if len(stats) == 6 + SKETCH_WIDTH:
-        fp["sk"] = stats[6:]  # floats (`tolist`, ctypes): a copy per fingerprint, not a conversion per sum
+    sketch_sums = stats[6:] if len(stats) == 6 + SKETCH_WIDTH else None
+    return _fingerprint_of(float(stats[0]), float(stats[1]), stats[2], float(stats[3]), int(stats[4]), int(stats[5]),
+                           n, sketch_sums)
+
+
+def _fingerprint_of(s: float, l1: float, sq: float, mx: float, nan: int, inf: int, n: int,
+                    sketch_sums: list[float] | None) -> Fingerprint:
+    """The fingerprint dict of its statistics (the sum of squares as its root, `l2`); `sketch_sums` (floats, as
+    `tolist` and ctypes give them) kept as the list it is, not converted sum by sum."""
+    fp: Fingerprint = {"sum": s, "l1": l1, "l2": math.sqrt(sq), "max": mx, "nan": nan, "inf": inf, "n": n}
+    if sketch_sums is not None:
+        fp["sk"] = sketch_sums
     return fp
 
 
@@ -301,9 +309,8 @@ def _finite_fingerprint(stats: list[float], n: int) -> Fingerprint | None:
     """The fingerprint from [sum, l1, sum of squares, max, *sketch] of `n` real elements, or None where a sum is
     not finite (NaN or Inf elements, or overflow: `_nonfinite_fingerprint` counts them)."""
     s, l1, sq = stats[0], stats[1], stats[2]
-    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):
-        # `from_stats`'s dict, built directly (one per fingerprint); the statistics are floats already (ctypes, `tolist`).
-        return {"sum": s, "l1": l1, "l2": math.sqrt(sq), "max": stats[3], "nan": 0, "inf": 0, "n": n, "sk": stats[4:]}
+    if math.isfinite(s) and math.isfinite(l1) and math.isfinite(sq):  # floats already (ctypes, `tolist`)
+        return _fingerprint_of(s, l1, sq, stats[3], 0, 0, n, stats[4:])
     return None
 
 
