@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from timing import synchronizer  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import tracediff  # noqa: E402
@@ -56,8 +58,7 @@ def main() -> int:
     options = parser.parse_args()
     device = options.device
     x, w = torch.randn(16, device=device), torch.randn(16, device=device)
-    # Looked up at each call: the recording hooks `torch.cuda.synchronize` (record/host_waits.py).
-    sync = (lambda: torch.cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
+    sync = synchronizer(device)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-ophost-")) / "t.jsonl"
 
     def adds() -> float:

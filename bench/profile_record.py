@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from timing import timed_calls  # noqa: E402
+from timing import synchronizer, timed_calls  # noqa: E402
 
 
 def main() -> int:
@@ -48,9 +48,7 @@ def main() -> int:
         from tracediff.record.mode import TraceRecorder
 
         TraceRecorder._fingerprint = lambda self, t: None  # type: ignore[method-assign]
-    # Looked up at each call: the recording hooks `torch.cuda.synchronize` (record/host_waits.py) to write the
-    # records it holds while the device works, as it does in a script that calls it.
-    sync = (lambda: torch.cuda.synchronize()) if options.device == "cuda" else (lambda: None)
+    sync = synchronizer(options.device)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-profile-")) / "t.jsonl"
 
     # Host times are until the call returns: on CUDA its work may still be queued.

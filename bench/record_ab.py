@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from timing import timed_calls  # noqa: E402
+from timing import synchronizer, timed_calls  # noqa: E402
 
 OLD_NAME = "tracediff_old"
 _IMPORT = re.compile(r"\b(from|import) tracediff\b")
@@ -71,16 +71,13 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="tracediff-ab-"))
     install_old(options.old, scratch)
     sys.path.insert(0, str(scratch))
-    import torch
     import workloads
 
     import tracediff
 
     old = importlib.import_module(OLD_NAME)
     fn = workloads.make(options.workload, device=options.device)
-    cuda = options.device.startswith("cuda")
-    # Looked up at each call: the recording hooks it to write held records while the device works.
-    sync: Callable[[], Any] = (lambda: torch.cuda.synchronize()) if cuda else (lambda: None)
+    sync = synchronizer(options.device)
     for _ in range(3):
         fn()
     sync()

@@ -28,9 +28,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-import torch  # noqa: E402
 from op_host_cost import RunEachOp, patched  # noqa: E402
-from timing import timed_calls  # noqa: E402
+from timing import synchronizer, timed_calls  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
@@ -137,9 +136,7 @@ def main() -> int:
 
         variants["fingerprints: a placeholder each, no queue"] = [(DeviceFingerprints, "submit", lambda self, t: {})]
         variants["fingerprints: queued, never launched"] = [(_DirectLaunches, "__call__", lambda self, *a: None)]
-    # Looked up at each call: the recording hooks `torch.cuda.synchronize` (record/host_waits.py) to write the
-    # records it holds while the device works, as it does in a script that calls it.
-    sync = (lambda: torch.cuda.synchronize()) if options.device.startswith("cuda") else (lambda: None)
+    sync = synchronizer(options.device)
     trace = Path(tempfile.mkdtemp(prefix="tracediff-ablation-")) / "t.jsonl"
     sessions: dict[str, Callable[[], Any]] = {
         "plain": contextlib.nullcontext,

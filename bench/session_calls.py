@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from timing import timed_calls  # noqa: E402
+from timing import synchronizer, timed_calls  # noqa: E402
 
 
 def _line(label: str, seconds: list[float]) -> str:
@@ -37,14 +35,12 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=16, help="recorded calls per session, the first included")
     parser.add_argument("--plain", type=int, default=10, help="plain calls before the sessions and after them")
     options = parser.parse_args()
-    import torch
     import workloads
 
     import tracediff
 
     fn = workloads.make(options.workload, device=options.device)
-    # Looked up at each call: the recording hooks it to write held records while the device works.
-    sync: Callable[[], Any] = (lambda: torch.cuda.synchronize()) if options.device.startswith("cuda") else (lambda: None)
+    sync = synchronizer(options.device)
     for _ in range(3):
         fn()
     sync()
