@@ -194,12 +194,30 @@ def _hf_gpt2(device: str = "cpu", compiled: bool = False) -> Callable[[], object
     return forward
 
 
+def _hf_gpt2_host(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
+    """GPT-2's op sequence at a size where every op is cheap, as it is to a GPU's host: the recorder's own
+    per-op work, measured on CPU (bench/record_ab.py, bench/sample_record.py)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=6, n_embd=64, n_head=4, vocab_size=1024, n_positions=64)
+    model = GPT2LMHeadModel(config).to(device).eval()
+    ids = torch.randint(0, config.vocab_size, (1, 8)).to(device)
+    run = torch.compile(model) if compiled else model
+
+    def forward() -> object:
+        with torch.no_grad():
+            return run(input_ids=ids).logits
+
+    return forward
+
+
 _FACTORIES: dict[str, Callable[..., Callable[[], object]]] = {
     "mlp": _mlp,
     "cnn": _cnn,
     "transformer": _transformer,
     "train_step": _train_step,
     "hf_gpt2": _hf_gpt2,
+    "hf_gpt2_host": _hf_gpt2_host,
 }
 
 DESCRIPTIONS = {
@@ -208,12 +226,13 @@ DESCRIPTIONS = {
     "transformer": "GPT-2-style forward: 2 layers, d_model 256, 4 heads, seq 128, batch 4, vocab 1024",
     "train_step": "same transformer: forward + cross-entropy + backward + AdamW step",
     "hf_gpt2": "HF GPT-2 forward, no_grad: 2 layers, width 256, batch 4x128, vocab 1024",
+    "hf_gpt2_host": "HF GPT-2 forward, no_grad: 6 layers, width 64, batch 1x8 (ops as cheap as a GPU host's)",
 }
 
 
 def available(name: str) -> bool:
     """Whether workload `name` can be built here (hf_gpt2 needs transformers: `pip install -e .[bench]`)."""
-    if name != "hf_gpt2":
+    if not name.startswith("hf_gpt2"):
         return True
     try:
         import transformers  # noqa: F401
