@@ -161,6 +161,38 @@ def test_the_queues_fast_entry_takes_only_what_submit_would_queue_and_gives_the_
     assert fast_fingerprints == fingerprints
 
 
+def test_the_queues_fast_entry_launches_a_queue_too_full_to_join_and_answers_empty_tensors_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor that does not fit beside the queued ones launches them and opens the next queue, as `submit` does
+    (GPT-2's 50 MB activations each fill most of a queue); an empty tensor of any dtype or layout gets the empty
+    fingerprint without a slot. The launches and fingerprints are `submit`'s."""
+    monkeypatch.setattr(device_fingerprints, "QUEUE_BYTES", 600)
+    torch.manual_seed(0)
+    tensors = [torch.randn(50), torch.randn(100), torch.empty(0), torch.randn(100), torch.empty(8, 0, 3).transpose(0, 2),
+               torch.empty(0, dtype=torch.int64), torch.randn(160)]
+
+    def record(fast: bool) -> tuple[list[int], list[Any], list[bool], int]:
+        device = DeviceFingerprints(batch=64, programs=4)
+        launcher = _queueing(device, monkeypatch)
+        fingerprints, taken = [], []
+        for t in tensors:
+            fp = device.submit_to_queue(t) if fast else None
+            taken.append(fp is not None)
+            fingerprints.append(fp if fp is not None else device.submit(t))
+        device.finish()
+        return launcher.launches, fingerprints, taken, device.submitted
+
+    launches, fingerprints, _, submitted = record(fast=False)
+    fast_launches, fast_fingerprints, taken, fast_submitted = record(fast=True)
+    # t0 opens the queue (200 bytes), t1 joins (600); t3 launches both and opens the next, launched at the end;
+    # t6 (640 bytes) is more than a queue holds: launched alone by `submit` (not a queue's launch).
+    assert taken == [False, True, True, True, True, True, False]
+    assert fast_launches == launches == [2, 1]
+    assert fast_fingerprints == fingerprints and fast_submitted == submitted == 4
+    for t, fp in zip(tensors, fast_fingerprints):
+        assert _close(fp, fingerprint(t)), t
+
+
 def test_the_queues_fast_entry_declines_a_tensor_whose_storage_was_freed(monkeypatch: pytest.MonkeyPatch) -> None:
     """FSDP2 frees a parameter's memory between uses (`untyped_storage().resize_(0)`) and keeps the tensor; the
     kernel would read freed device memory. The fast entry declines it, and the recorder's other path does not read

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
-from tracediff.record.host_stats import memory_holds
 from tracediff.trace.schema import Fingerprint, without_sketch
 
 if TYPE_CHECKING:  # importing it needs Triton
@@ -301,17 +300,29 @@ class DeviceFingerprints:
         """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller
         checks) that joins the open queue as it is (its dtype, device and stream; contiguous, not negated, not a
         functional wrapper or an efficient zero tensor, its storage not freed under it; room left) and does not fill
-        the batch, so no torch op runs here. None where `submit` must take it."""
+        the batch, so no torch op runs here; a queue too full for it is launched first (GPT-2's 50 MB activations
+        each fill most of one). None where `submit` must take it."""
         queue, launch = self._queue, self._launch
-        if (queue is None or launch is None or t.dtype != queue.dtype or not t.is_contiguous() or t.is_neg()
-                or torch._is_functional_tensor(t) or t._is_zerotensor() or not memory_holds(t)):
+        if queue is None or launch is None or torch._is_functional_tensor(t) or t._is_zerotensor():
             return None
         n = t.numel()
+        if n == 0:  # as `submit` has it, of any dtype or layout (GPT-2's empty cache tensors: 18 per forward)
+            return empty_fingerprint()
+        if t.dtype != queue.dtype or not t.is_contiguous() or t.is_neg():
+            return None
         nbytes = n * t.element_size()
+        # `memory_holds(t)` for a contiguous tensor, inlined: its storage still covers its elements.
+        if t.storage_offset() * t.element_size() + nbytes > t.untyped_storage().nbytes():
+            return None
         slot = len(self._slots)
-        if (n == 0 or queue.nbytes + nbytes > QUEUE_BYTES or slot + 1 >= self.batch or t.get_device() != queue.device
+        if (nbytes > QUEUE_BYTES or slot + 1 >= self.batch or t.get_device() != queue.device
                 or self._on_another_stream(queue.device, queue.stream)):
             return None
+        if queue.nbytes + nbytes > QUEUE_BYTES:  # as `_enqueue` does: launch the queue, join the empty one it leaves
+            with torch._C._DisableTorchDispatch():
+                self.flush()
+            queue = self._queue
+            assert queue is not None
         queue.tensors.append(t)
         queue.rows.append(slot)
         queue.nbytes += nbytes
@@ -409,6 +420,13 @@ class DeviceFingerprints:
         self._fill_derived()
         self.resolved += len(batch.slots)
         self.fetches += 1
+
+    def read_sealed(self) -> bool:
+        """Wait for the oldest batch on its way and fill its fingerprints; False where none is."""
+        if not self._sealed:
+            return False
+        self._read_oldest()
+        return True
 
     def busy_marker(self) -> Any:
         """A CUDA event recorded now on the current stream (`query()` is True once the device has done the work

@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import (
     TorchDispatchMode,
     _get_current_dispatch_mode,
     _get_current_dispatch_mode_stack,
+    _len_torch_dispatch_stack,
 )
 
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
@@ -80,7 +81,7 @@ _SCRATCH_OUTPUTS: dict[str, frozenset[str]] = {
 
 def _is_fake_context(tensor_args: list[tuple[str, torch.Tensor, bool, bool]]) -> bool:
     """Whether the op runs on fake tensors (under a FakeTensorMode, or with a FakeTensor argument)."""
-    if isinstance(_get_current_dispatch_mode(), FakeTensorMode):
+    if _len_torch_dispatch_stack() and isinstance(_get_current_dispatch_mode(), FakeTensorMode):
         return True
     for _, t, _, _ in tensor_args:
         if type(t) not in PLAIN_TENSORS and isinstance(t, FakeTensor):
@@ -153,9 +154,9 @@ def _returns_views(schema: Any) -> bool:
                                   for a in returned)
 
 
-def _is_alias_of(t: torch.Tensor, other: torch.Tensor) -> bool:
-    """Whether `t` shares `other`'s storage (a view op that returned a view, not a copy or a new tensor)."""
-    return torch._C._is_alias_of(t, other)  # type: ignore[attr-defined]
+# Whether a tensor shares another's storage (a view op that returned a view, not a copy or a new tensor): torch's
+# function itself, not a Python wrapper (a frame per view op).
+_is_alias_of: Callable[[torch.Tensor, torch.Tensor], bool] = torch._C._is_alias_of  # type: ignore[attr-defined]
 
 
 def _collective(func: Any) -> str | None:
@@ -264,16 +265,23 @@ def _output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
     return []
 
 
+# The module holding the flag inductor sets (for DebugMode) while it benchmarks candidate kernels.
+_INDUCTOR_BENCHMARK_FLAG_MODULE = "torch.utils._debug_mode._utils"
+
+
 def _inductor_benchmarking() -> bool:
-    """Inductor sets this flag (for DebugMode) while it benchmarks candidate kernels."""
-    utils = sys.modules.get("torch.utils._debug_mode._utils")
-    return bool(getattr(utils, "_IN_INDUCTOR_BENCHMARK", False))
+    """Whether inductor is benchmarking candidate kernels (their ops are not the program's)."""
+    return bool(getattr(sys.modules.get(_INDUCTOR_BENCHMARK_FLAG_MODULE), "_IN_INDUCTOR_BENCHMARK", False))
 
 
 def _has_nonfinite_scalar(args: tuple, kwargs: dict) -> bool:
-    for value in (*args, *kwargs.values()):
+    for value in args:
         if isinstance(value, float) and not math.isfinite(value):
             return True
+    if kwargs:
+        for value in kwargs.values():
+            if isinstance(value, float) and not math.isfinite(value):
+                return True
     return False
 
 
@@ -308,6 +316,7 @@ class TraceRecorder(TorchDispatchMode):
         self.sources = SourceFinder()
         self.backward_sources = BackwardSources()
         self._tensor_ids: TensorTable[list] = TensorTable()
+        self._tensor_table = self._tensor_ids.data  # its dict, read directly by `_describe`
         self._next_tensor_id = 0
         self._in_flight: set[int] = set()  # ids of functional collectives' outputs not yet waited for
         self._seq = 0
@@ -369,9 +378,8 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         A functional collective's output is not read until `wait_tensor` completes it.
         """
-        entry = self._tensor_ids.get(t)
-        if entry is None:
-            entry = self._entry(t)
+        found = self._tensor_table.get(identity(t))  # `self._tensor_ids.get(t)`, inlined: every tensor of every op
+        entry = found[1] if found is not None and found[0]() is t else self._new_entry(t)
         if take_fingerprint and self._in_flight and entry[0] in self._in_flight:
             take_fingerprint = False
         is_view = t._is_view()  # before `_base`: this runs for every tensor of every op
@@ -475,10 +483,13 @@ class TraceRecorder(TorchDispatchMode):
         view (no `_base`), so a write to either is a new value of both; the last entry holds that tensor
         (weakly) and its entry, or None."""
         entry = self._tensor_ids.get(t)
-        if entry is None:
-            entry = [self._next_tensor_id, None, None, 0, None]
-            self._next_tensor_id += 1
-            self._tensor_ids.set(t, entry)
+        return self._new_entry(t) if entry is None else entry
+
+    def _new_entry(self, t: torch.Tensor) -> list:
+        """File `t`, not in the table, under a new id (`_entry`)."""
+        entry = [self._next_tensor_id, None, None, 0, None]
+        self._next_tensor_id += 1
+        self._tensor_ids.set(t, entry)
         return entry
 
     def link_kernel_buffers(self, tensors: Iterable[torch.Tensor]) -> None:
@@ -511,13 +522,14 @@ class TraceRecorder(TorchDispatchMode):
         this rank's shard: its statistics as a whole would take collectives."""
         try:
             plain = type(t) in PLAIN_TENSORS
-            device = self.device_fingerprints
-            if plain and device is not None and t.is_cuda and not self.exact:
-                queued = device.submit_to_queue(t)  # most of a forward's tensors: no torch op, so no guard
-                if queued is not None:
-                    return queued
-            if plain and not self.exact and (fp := fingerprint_in_place(t)) is not None:
-                return fp  # most of a CPU program's tensors: read in place, no dispatch to disable
+            if plain and not self.exact:
+                if t.is_cuda:
+                    device = self.device_fingerprints
+                    queued = device.submit_to_queue(t) if device is not None else None  # no torch op, so no guard
+                    if queued is not None:
+                        return queued  # most of a forward's tensors
+                elif (fp := fingerprint_in_place(t)) is not None:
+                    return fp  # most of a CPU program's tensors: read in place, no dispatch to disable
             if not plain:
                 t = local_shard(t)
                 plain = type(t) in PLAIN_TENSORS

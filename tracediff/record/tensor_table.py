@@ -37,6 +37,11 @@ class TensorTable(Generic[V]):
         self._forget = forget
 
     @property
+    def data(self) -> dict[int, tuple[weakref.ref, V]]:
+        """identity(t) -> (weak reference to t, value): for a caller that inlines `get` (the reference must be `t`)."""
+        return self._data
+
+    @property
     def forget_callback(self) -> Any:
         """The weak references' callback (run by the garbage collector, from whatever frame a tensor dies in)."""
         return self._forget
