@@ -209,6 +209,34 @@ def test_a_wait_writes_held_records_while_the_device_is_busy_and_no_longer(tmp_p
     assert [r["i"] for r in records] == list(range(len(records))) and len(records) >= 700
 
 
+def test_a_wait_for_the_whole_stream_waits_for_a_batch_on_its_way_while_the_device_is_busy(tmp_path) -> None:
+    """A host-bound program's device catches up with the host only at its waits, so at a wait no batch of
+    fingerprints has arrived yet. Where the wait is for the whole stream (`torch.cuda.synchronize()`), the
+    recorder waits for a sealed batch and writes its records while the device runs the program's later work;
+    at an event's wait (which may be for less) it writes only what has arrived."""
+    import tracediff
+    from tracediff.trace.reader import read_trace
+
+    x = torch.randn(1000, device="cuda")
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        for whole_stream in (False, True):
+            torch.cuda._sleep(1_000_000_000)  # the device is behind the host: the batch sealed next has not arrived
+            for _ in range(700):  # more than one batch of fingerprints: one is sealed
+                x = torch.sin(x)
+            torch.cuda._sleep(200_000_000)  # the program's work queued after the batch
+            before = session.writer.records
+            session.recorder.before_host_wait(whole_stream=whole_stream)
+            written = session.writer.records - before
+            if whole_stream:
+                assert written >= 500
+            else:
+                assert written == 0
+            torch.cuda.synchronize()
+    _, records = read_trace(tmp_path / "t.jsonl")
+    assert [r["i"] for r in records] == list(range(len(records))) and len(records) >= 1400
+    assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])
+
+
 @pytest.mark.parametrize("values", [
     [1.0, float("nan"), float("inf"), -float("inf"), 2.0],
     [float("nan")] * 3,
