@@ -60,7 +60,7 @@ VARIANTS: dict[str, list[tuple[type, str, Any]]] = {
 }
 
 
-def _timed_parts(device: str) -> list[tuple[type, str]]:
+def timed_parts(device: str) -> list[tuple[type, str]]:
     """The recorder's functions `--timers` times (inclusive: a function's time includes what it calls)."""
     from tracediff.record.device_fingerprints import DeviceFingerprints
     from tracediff.record.host_stats import HostStats
@@ -79,7 +79,7 @@ def _timed_parts(device: str) -> list[tuple[type, str]]:
     return parts
 
 
-def _timers(parts: list[tuple[type, str]]) -> tuple[dict[str, list[float]], list[tuple[type, str, Any]]]:
+def timers(parts: list[tuple[type, str]]) -> tuple[dict[str, list[float]], list[tuple[type, str, Any]]]:
     """Patches wrapping each part with an accumulating clock: [seconds, calls] per part."""
     spent: dict[str, list[float]] = {}
     patches = []
@@ -100,7 +100,7 @@ def _timers(parts: list[tuple[type, str]]) -> tuple[dict[str, list[float]], list
 
 
 def _print_timers(fn: Callable[[], Any], sync: Callable[[], Any], trace: Path, device: str, calls: int) -> None:
-    spent, patches = _timers(_timed_parts(device))
+    spent, patches = timers(timed_parts(device))
     with patched(patches), tracediff.record(trace):
         fn()
         sync()
