@@ -5,9 +5,10 @@ While recording, each of them first calls `before_wait(whole_stream)` (the recor
 back for their device fingerprints: the device's queue hides that host time, where writing them op by op
 would add it to a host-bound program). `whole_stream`: the wait is for everything queued on the current stream
 (a device's or the current stream's `synchronize()`), so the host may wait for any of the recorder's own work
-queued there before it, at no cost to the program; an event's wait may be for less. Inside the dispatcher the recorder sees such waits itself
-(`.item()`, a copy to the host). Restored on exit; a program that looked the function up before the
-recording keeps the original, which only moves the writing elsewhere.
+queued there before it at no cost to the program; an event's wait may be for less. Inside the dispatcher the
+recorder sees such waits itself (`.item()`, a copy to the host). Restored on exit; a program that looked the
+function up before the recording keeps the original, which only moves the writing elsewhere (op by op, once too
+many records are held: 2.5 ms of an eager GPT-2 forward's 23.6 ms of host time on the H100).
 """
 
 from __future__ import annotations
