@@ -113,6 +113,22 @@ def _queueing(device: DeviceFingerprints, monkeypatch: pytest.MonkeyPatch) -> _D
     return launcher
 
 
+def _submitted(tensors: list[torch.Tensor], batch: int, fast: bool,
+               monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[Any], list[bool], int]:
+    """Fingerprint `tensors` in order on a queueing DeviceFingerprints of `batch` rows, trying the queue's fast entry
+    first where `fast` (as the recorder does), else `submit` only: the queue launches, the fingerprints, which
+    tensors the fast entry took, and how many took a slot."""
+    device = DeviceFingerprints(batch=batch, programs=4)
+    launcher = _queueing(device, monkeypatch)
+    fingerprints, taken = [], []
+    for t in tensors:
+        fp = device.submit_to_queue(t) if fast else None
+        taken.append(fp is not None)
+        fingerprints.append(fp if fp is not None else device.submit(t))
+    device.finish()
+    return launcher.launches, fingerprints, taken, device.submitted
+
+
 def test_queued_tensors_are_launched_together_by_dtype_and_count(monkeypatch: pytest.MonkeyPatch) -> None:
     device = DeviceFingerprints(batch=64, programs=4)
     launcher = _queueing(device, monkeypatch)
@@ -140,19 +156,8 @@ def test_the_queues_fast_entry_takes_only_what_submit_would_queue_and_gives_the_
                torch.randn(10, 10).t(), torch.randn(8, 8)[:, :4], torch.randn(40),
                torch.randn(20), torch._neg_view(torch.randn(20))]
 
-    def record(fast: bool) -> tuple[list[int], list[Any], list[bool]]:
-        device = DeviceFingerprints(batch=5, programs=4)
-        launcher = _queueing(device, monkeypatch)
-        fingerprints, taken = [], []
-        for t in tensors:
-            fp = device.submit_to_queue(t) if fast else None
-            taken.append(fp is not None)
-            fingerprints.append(fp if fp is not None else device.submit(t))
-        device.finish()
-        return launcher.launches, fingerprints, taken
-
-    launches, fingerprints, _ = record(fast=False)
-    fast_launches, fast_fingerprints, taken = record(fast=True)
+    launches, fingerprints, _, _ = _submitted(tensors, 5, False, monkeypatch)
+    fast_launches, fast_fingerprints, taken, _ = _submitted(tensors, 5, True, monkeypatch)
     # t0 opens the queue, t1 joins; a float64 opens another, and one more joins; the fifth would fill the batch;
     # a new batch's first tensor finds no queue; a strided view is copied first; t7 joins and fills the queue's
     # three slots; their launch leaves an empty queue open, which t8 joins; a negated view is declined.
@@ -171,19 +176,8 @@ def test_the_queues_fast_entry_launches_a_queue_too_full_to_join_and_answers_emp
     tensors = [torch.randn(50), torch.randn(100), torch.empty(0), torch.randn(100), torch.empty(8, 0, 3).transpose(0, 2),
                torch.empty(0, dtype=torch.int64), torch.randn(160)]
 
-    def record(fast: bool) -> tuple[list[int], list[Any], list[bool], int]:
-        device = DeviceFingerprints(batch=64, programs=4)
-        launcher = _queueing(device, monkeypatch)
-        fingerprints, taken = [], []
-        for t in tensors:
-            fp = device.submit_to_queue(t) if fast else None
-            taken.append(fp is not None)
-            fingerprints.append(fp if fp is not None else device.submit(t))
-        device.finish()
-        return launcher.launches, fingerprints, taken, device.submitted
-
-    launches, fingerprints, _, submitted = record(fast=False)
-    fast_launches, fast_fingerprints, taken, fast_submitted = record(fast=True)
+    launches, fingerprints, _, submitted = _submitted(tensors, 64, False, monkeypatch)
+    fast_launches, fast_fingerprints, taken, fast_submitted = _submitted(tensors, 64, True, monkeypatch)
     # t0 opens the queue (200 bytes), t1 joins (600); t3 launches both and opens the next, launched at the end;
     # t6 (640 bytes) is more than a queue holds: launched alone by `submit` (not a queue's launch).
     assert taken == [False, True, True, True, True, True, False]
