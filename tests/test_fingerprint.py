@@ -174,3 +174,20 @@ def test_the_scratch_hands_out_its_buffer_again_and_fingerprints_stay_right() ->
     tensors = [torch.randn(5000), torch.randn(5000) * 3, torch.randn(70, 80).t(), torch.randn(9000)]
     for t in tensors:
         assert fingerprint(t, scratch=scratch) == fingerprint(t), t.shape
+
+
+def test_a_batch_of_rows_fills_placeholders_as_from_stats_makes_fingerprints() -> None:
+    """The device batch's fill: the same values, types and key order (the trace's bytes) as `from_stats`, row by row."""
+    from tracediff.record.fingerprint import fill_from_rows, from_stats
+
+    rows = torch.randn(5, 6 + SKETCH_WIDTH, dtype=torch.float64)
+    rows[:, 2] = rows[:, 2].abs()
+    rows[:, 4:6] = torch.tensor([[0.0, 0.0], [3.0, 1.0], [0.0, 7.0], [2.0, 0.0], [0.0, 0.0]])
+    rows[4, 0] = math.inf  # an overflowed sum stays what it is
+    listed = rows.tolist()
+    slots = [({}, n) for n in (1, 10, 100, 1000, 10000)]
+    fill_from_rows(slots, listed)
+    for (filled, n), row in zip(slots, listed):
+        expected = from_stats(row, n)
+        assert list(filled.items()) == list(expected.items())
+        assert [type(v) for v in filled.values()] == [type(v) for v in expected.values()]

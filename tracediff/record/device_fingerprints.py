@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, from_stats, sketch
+from tracediff.record.fingerprint import (PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, fill_from_rows,
+                                          sketch)
 from tracediff.trace.schema import Fingerprint, without_sketch
 
 if TYPE_CHECKING:  # importing it needs Triton
@@ -415,8 +416,7 @@ class DeviceFingerprints:
         if not self._sealed or self._sealed[0] is not batch:
             return
         self._sealed.popleft()
-        for (placeholder, n), stats in zip(batch.slots, batch.host.tolist()):
-            placeholder.update(from_stats(stats, n))
+        fill_from_rows(batch.slots, batch.host.tolist())
         self._fill_derived()
         self.resolved += len(batch.slots)
         self.fetches += 1
