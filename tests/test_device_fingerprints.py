@@ -147,9 +147,9 @@ def test_queued_tensors_are_launched_together_by_dtype_and_count(monkeypatch: py
 def test_the_queues_fast_entry_takes_only_what_submit_would_queue_and_gives_the_same_fingerprints(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`submit_to_queue` (the recorder tries it first for plain CUDA tensors) takes a tensor into the open queue
-    as `submit` would, and declines everything else, which `submit` then takes: no open queue, another dtype, a
-    strided or negated view, a tensor that would fill the batch. Either way the launches and the fingerprints
-    are the same."""
+    as `submit` would (a small strided view as its contiguous copy), and declines everything else, which `submit`
+    then takes: no open queue, another dtype, a negated view, a tensor that would fill the batch. Either way the
+    launches and the fingerprints are the same."""
     torch.manual_seed(0)
     tensors = [torch.randn(50), torch.randn(60), torch.randn(7, dtype=torch.float64),
                torch.randn(9, dtype=torch.float64), torch.randn(5, dtype=torch.float64),
@@ -159,9 +159,9 @@ def test_the_queues_fast_entry_takes_only_what_submit_would_queue_and_gives_the_
     launches, fingerprints, _, _ = _submitted(tensors, 5, False, monkeypatch)
     fast_launches, fast_fingerprints, taken, _ = _submitted(tensors, 5, True, monkeypatch)
     # t0 opens the queue, t1 joins; a float64 opens another, and one more joins; the fifth would fill the batch;
-    # a new batch's first tensor finds no queue; a strided view is copied first; t7 joins and fills the queue's
-    # three slots; their launch leaves an empty queue open, which t8 joins; a negated view is declined.
-    assert taken == [False, True, False, True, False, False, False, True, True, False]
+    # a new batch's first tensor (a transpose) finds no queue; a strided view joins as its copy; t7 joins and fills
+    # the queue's three slots; their launch leaves an empty queue open, which t8 joins; a negated view is declined.
+    assert taken == [False, True, False, True, False, False, True, True, True, False]
     assert fast_launches == launches
     assert fast_fingerprints == fingerprints
 
@@ -187,6 +187,22 @@ def test_the_queues_fast_entry_launches_a_queue_too_full_to_join_and_answers_emp
         assert _close(fp, fingerprint(t)), t
 
 
+def test_the_queues_fast_entry_leaves_a_large_strided_view_to_its_own_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strided view past STRIDED_READ_BYTES is read in place by a launch of its own (`submit`), not copied into
+    the queue; a smaller one joins as its copy. The launches and fingerprints are `submit`'s."""
+    monkeypatch.setattr(device_fingerprints, "STRIDED_READ_BYTES", 100)
+    torch.manual_seed(0)
+    tensors = [torch.randn(10), torch.randn(8, 8)[:, :4], torch.randn(20), torch.randn(8, 8)[:, :2]]
+
+    launches, fingerprints, _, _ = _submitted(tensors, 64, False, monkeypatch)
+    fast_launches, fast_fingerprints, taken, _ = _submitted(tensors, 64, True, monkeypatch)
+    assert taken == [False, False, True, True]  # 128 bytes strided: its own launch; 64 bytes: copied and queued
+    assert fast_launches == launches
+    assert fast_fingerprints == fingerprints
+    for t, fp in zip(tensors, fast_fingerprints):
+        assert _close(fp, fingerprint(t)), t
+
+
 def test_the_queues_fast_entry_declines_a_tensor_whose_storage_was_freed(monkeypatch: pytest.MonkeyPatch) -> None:
     """FSDP2 frees a parameter's memory between uses (`untyped_storage().resize_(0)`) and keeps the tensor; the
     kernel would read freed device memory. The fast entry declines it, and the recorder's other path does not read
@@ -195,8 +211,10 @@ def test_the_queues_fast_entry_declines_a_tensor_whose_storage_was_freed(monkeyp
     _queueing(device, monkeypatch)
     device.submit(torch.randn(50))  # opens the queue
     freed = torch.randn(50)
+    freed_view = freed.view(5, 10)[:, :4]
     freed.untyped_storage().resize_(0)
     assert device.submit_to_queue(freed) is None
+    assert device.submit_to_queue(freed_view) is None  # strided: copying it would read the freed memory
     assert device.submit_to_queue(torch.randn(50)) is not None  # a tensor with its memory joins as before
     device.finish()
 

@@ -44,6 +44,7 @@ import torch
 
 from tracediff.record.fingerprint import (PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, fill_from_rows,
                                           sketch)
+from tracediff.record.host_stats import memory_holds
 from tracediff.trace.schema import Fingerprint, without_sketch
 
 if TYPE_CHECKING:  # importing it needs Triton
@@ -299,26 +300,34 @@ class DeviceFingerprints:
 
     def submit_to_queue(self, t: torch.Tensor) -> Fingerprint | None:
         """`submit(t)` for the common case, with only the checks it needs: a plain CUDA tensor (the caller
-        checks) that joins the open queue as it is (its dtype, device and stream; contiguous, not negated, not a
-        functional wrapper or an efficient zero tensor, its storage not freed under it; room left) and does not fill
-        the batch, so no torch op runs here; a queue too full for it is launched first (GPT-2's 50 MB activations
-        each fill most of one). None where `submit` must take it."""
+        checks) that joins the open queue (its dtype, device and stream; not negated, not a functional wrapper or an
+        efficient zero tensor, its storage not freed under it; room left) and does not fill the batch. It joins as it
+        is, or a strided view up to STRIDED_READ_BYTES as its contiguous copy (eager GPT-2's split chunks and
+        attention outputs: 24 per call, which took `submit` at 55-77 us each on the H100's host); a queue too full for
+        it is launched first (GPT-2's 50 MB activations each fill most of one). None where `submit` must take it."""
         queue, launch = self._queue, self._launch
         if queue is None or launch is None or torch._is_functional_tensor(t) or t._is_zerotensor():
             return None
         n = t.numel()
         if n == 0:  # as `submit` has it, of any dtype or layout (GPT-2's empty cache tensors: 18 per forward)
             return empty_fingerprint()
-        if t.dtype != queue.dtype or not t.is_contiguous() or t.is_neg():
+        if t.dtype != queue.dtype or t.is_neg():
             return None
         nbytes = n * t.element_size()
-        # `memory_holds(t)` for a contiguous tensor, inlined: its storage still covers its elements.
-        if t.storage_offset() * t.element_size() + nbytes > t.untyped_storage().nbytes():
+        contiguous = t.is_contiguous()
+        if contiguous:
+            # `memory_holds(t)` for a contiguous tensor, inlined: its storage still covers its elements.
+            if t.storage_offset() * t.element_size() + nbytes > t.untyped_storage().nbytes():
+                return None
+        elif nbytes > STRIDED_READ_BYTES or not memory_holds(t):  # read in place by a launch of its own (`submit`)
             return None
         slot = len(self._slots)
         if (nbytes > QUEUE_BYTES or slot + 1 >= self.batch or t.get_device() != queue.device
                 or self._on_another_stream(queue.device, queue.stream)):
             return None
+        if not contiguous:  # a small strided view joins as its contiguous copy, as `submit` queues it
+            with torch._C._DisableTorchDispatch():
+                t = t.contiguous()
         if queue.nbytes + nbytes > QUEUE_BYTES:  # as `_enqueue` does: launch the queue, join the empty one it leaves
             with torch._C._DisableTorchDispatch():
                 self.flush()
