@@ -195,10 +195,11 @@ def test_a_wait_writes_held_records_while_the_device_is_busy_and_no_longer(tmp_p
     from tracediff.trace.reader import read_trace
 
     x = torch.randn(1000, device="cuda")
+    raw_synchronize = torch._C._cuda_synchronize  # bound before the recording hooks it
     with tracediff.record(tmp_path / "t.jsonl") as session:
         for _ in range(700):  # more than one batch of fingerprints: the first one is sealed
             x = torch.sin(x)
-        torch._C._cuda_synchronize()  # the device is idle (the raw call: no wait hook)
+        raw_synchronize()  # the device is idle (no wait hook)
         session.recorder.before_host_wait()
         written = session.writer.records
         assert 0 < written <= WRITE_CHUNK
@@ -219,7 +220,7 @@ def test_a_wait_for_the_whole_stream_waits_for_a_batch_on_its_way_while_the_devi
 
     x = torch.randn(1000, device="cuda")
     with tracediff.record(tmp_path / "t.jsonl") as session:
-        for whole_stream in (False, True):
+        for whole_stream in (None, torch.cuda.current_device()):
             torch.cuda._sleep(1_000_000_000)  # the device is behind the host: the batch sealed next has not arrived
             for _ in range(700):  # more than one batch of fingerprints: one is sealed
                 x = torch.sin(x)
@@ -227,7 +228,7 @@ def test_a_wait_for_the_whole_stream_waits_for_a_batch_on_its_way_while_the_devi
             before = session.writer.records
             session.recorder.before_host_wait(whole_stream=whole_stream)
             written = session.writer.records - before
-            if whole_stream:
+            if whole_stream is not None:
                 assert written >= 500
             else:
                 assert written == 0
@@ -235,6 +236,24 @@ def test_a_wait_for_the_whole_stream_waits_for_a_batch_on_its_way_while_the_devi
     _, records = read_trace(tmp_path / "t.jsonl")
     assert [r["i"] for r in records] == list(range(len(records))) and len(records) >= 1400
     assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])
+
+
+@pytest.mark.parametrize("how", ["bound before", "accelerator"])
+def test_a_synchronize_bound_before_the_recording_or_the_accelerators_writes_held_records(tmp_path, how) -> None:
+    """`torch.cuda.synchronize` looked up before the recording (`from torch.cuda import synchronize` at a module's
+    import), and `torch.accelerator.synchronize()`, reach the hook where torch calls the device's synchronize: the
+    held records are written there, with the device busy, as at `torch.cuda.synchronize()`."""
+    import tracediff
+
+    synchronize = torch.cuda.synchronize if how == "bound before" else torch.accelerator.synchronize
+    x = torch.randn(1000, device="cuda")
+    with tracediff.record(tmp_path / "t.jsonl") as session:
+        for _ in range(700):  # more than one batch of fingerprints: one is sealed
+            x = torch.sin(x)
+        torch.cuda._sleep(200_000_000)  # the device is busy while the records are written
+        before = session.writer.records
+        synchronize()
+        assert session.writer.records - before >= 500
 
 
 @pytest.mark.parametrize("values", [

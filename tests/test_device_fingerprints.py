@@ -414,8 +414,10 @@ def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: P
     from tracediff.record import mode
 
     waits: list[int] = []
-    original = torch.cuda.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waits.append(1))  # no CUDA here
+    # No CUDA here: the function `torch.cuda.synchronize()` calls, on device 0.
+    monkeypatch.setattr(torch._C, "_cuda_synchronize", lambda: waits.append(1), raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    original = torch._C._cuda_synchronize
     monkeypatch.setattr(importlib.import_module("tracediff.record.session"), "TraceRecorder", _DeferringRecorder)
     monkeypatch.setattr(mode, "HELD_RECORDS", 40)
     x = torch.randn(4, 8)
@@ -423,15 +425,44 @@ def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: P
         for _ in range(6):
             x = torch.tanh(x) + 1.0
         assert session.writer.records == 0 and len(session.recorder._held) == 12
-        torch.cuda.synchronize()  # batches of four: the first eight records' fingerprints have arrived
+        torch._C._cuda_synchronize()  # batches of four: the first eight records' fingerprints have arrived
         assert waits == [1] and session.writer.records >= 8
         for _ in range(60):
             x = torch.tanh(x) + 1.0
         assert len(session.recorder._held) <= 40
-    assert not hasattr(torch.cuda.synchronize, "__wrapped__") and torch.cuda.synchronize is not original  # restored
+    assert torch._C._cuda_synchronize is original  # restored
     _, records = read_trace(tmp_path / "t.jsonl")
     assert [r["i"] for r in records] == list(range(132))
     assert all(t["fp"] and "sum" in t["fp"] for r in records for t in r["out"])
+
+
+def test_each_wait_for_the_device_names_the_device_whose_current_stream_it_waits_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device's synchronize is hooked where `torch.cuda.synchronize` and `torch.accelerator.synchronize` call it, so a
+    program that bound either before the recording is reached too. Each wait names the CUDA device whose current
+    stream it covers in full (the recorder may then wait for its own batches there); an event's wait, None."""
+    from tracediff.record.host_waits import HostWaits
+
+    calls: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(torch._C, "_cuda_synchronize", lambda: calls.append(("cuda", ())), raising=False)
+    monkeypatch.setattr(torch._C, "_accelerator_synchronizeDevice", lambda *a: calls.append(("accelerator", a)))
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: calls.append(("event", ())))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a: torch.device("cuda"))
+    bound_before = torch._C._accelerator_synchronizeDevice
+    waits: list[int | None] = []
+    with HostWaits(waits.append):
+        torch._C._cuda_synchronize()  # as `torch.cuda.synchronize()` calls it, with the device it syncs made current
+        torch._C._accelerator_synchronizeDevice(-1)  # `torch.accelerator.synchronize()`: the current device
+        torch._C._accelerator_synchronizeDevice(1)
+        torch.cuda.Event.synchronize(object())  # type: ignore[arg-type]
+    assert waits == [2, 2, 1, None]
+    assert calls == [("cuda", ()), ("accelerator", (-1,)), ("accelerator", (1,)), ("event", ())]
+    assert torch._C._accelerator_synchronizeDevice is bound_before  # restored
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a: None)  # no CUDA accelerator: no device
+    with HostWaits(waits.append):
+        torch._C._accelerator_synchronizeDevice(0)
+    assert waits[-1] is None
 
 
 def test_waiting_for_a_fingerprint_seals_the_open_batch_that_holds_it() -> None:

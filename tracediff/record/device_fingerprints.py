@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracediff.record.fingerprint import (PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, fill_from_rows,
-                                          sketch)
+from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, fill_from_rows, sketch
 from tracediff.record.host_stats import memory_holds
 from tracediff.trace.schema import Fingerprint, without_sketch
 
@@ -101,6 +100,7 @@ class _Sealed:
     """A full batch whose statistics are on their way to the host."""
 
     event: Any  # torch.cuda.Event recorded after the copy; None for CPU tensors
+    device: int  # the batch's device (`get_device()`: -1 for the CPU)
     host: torch.Tensor  # [rows, _STATS] float64, pinned
     slots: list[tuple[Fingerprint, int]]  # (placeholder, element count) per row
 
@@ -411,7 +411,8 @@ class DeviceFingerprints:
                 self._cuda_batches = True
             else:  # CPU tensors (tests): already there
                 host = stats
-        self._sealed.append(_Sealed(event, host, self._slots))
+        assert self._device is not None
+        self._sealed.append(_Sealed(event, self._device, host, self._slots))
         self._partials, self._slots, self._device = None, [], None
         while len(self._sealed) > self.in_flight:
             self._read_oldest()
@@ -430,9 +431,10 @@ class DeviceFingerprints:
         self.resolved += len(batch.slots)
         self.fetches += 1
 
-    def read_sealed(self) -> bool:
-        """Wait for the oldest batch on its way and fill its fingerprints; False where none is."""
-        if not self._sealed:
+    def read_sealed(self, device: int) -> bool:
+        """Wait for the oldest batch on its way, where it is on `device`, and fill its fingerprints; False where
+        there is no such batch."""
+        if not self._sealed or self._sealed[0].device != device:
             return False
         self._read_oldest()
         return True

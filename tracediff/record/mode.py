@@ -207,18 +207,22 @@ _HOST_WAITS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::ma
 _COPIES = frozenset({"aten::_to_copy", "aten::copy_"})
 
 
-def _waits_for_device(info: _OpInfo, args: tuple, kwargs: dict) -> bool:
-    """Whether running this op makes the host wait for the device (`info.host_wait` is set)."""
+def _device_waited_for(info: _OpInfo, args: tuple, kwargs: dict) -> int | None:
+    """The CUDA device whose current stream (where the op runs) the host waits for by running this op (`info.host_wait`
+    is set), or None where it does not wait."""
     if not args or not isinstance(args[0], torch.Tensor):
-        return False
+        return None
     if info.host_wait == "always":
-        return args[0].is_cuda
+        return args[0].get_device() if args[0].is_cuda else None
     if info.name.startswith("aten::_to_copy"):  # source first, the target device a keyword
         target = kwargs.get("device")
-        return args[0].is_cuda and target is not None and torch.device(target).type == "cpu"
+        waits = args[0].is_cuda and target is not None and torch.device(target).type == "cpu"
+        return args[0].get_device() if waits else None
     source = args[1] if len(args) > 1 else None  # copy_(destination, source, non_blocking)
     non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
-    return isinstance(source, torch.Tensor) and source.is_cuda and not args[0].is_cuda and not non_blocking
+    if isinstance(source, torch.Tensor) and source.is_cuda and not args[0].is_cuda and not non_blocking:
+        return source.get_device()
+    return None
 
 
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
@@ -572,16 +576,16 @@ class TraceRecorder(TorchDispatchMode):
         if len(self._held) > HELD_RECORDS:
             self._make_room()
 
-    def write_held(self, while_busy: bool = False, whole_stream: bool = False) -> None:
+    def write_held(self, while_busy: bool = False, whole_stream: int | None = None) -> None:
         """Write the held records whose device fingerprints have arrived, in order, without waiting.
 
         `while_busy`: the program is about to wait for the device; write only while the device still has work
         queued (looked at every WRITE_CHUNK records), and leave the rest for the next wait. Past that point the
         program would be waiting for the recorder, not the device: a batch's records all at once (about 650 per
         batch in GPT-2) took 9 ms at a synchronize where the device had 6.5 ms left.
-        `whole_stream`: the program's wait is for everything queued on the current stream, the batches of
-        fingerprints included. Then a record whose batch is still on its way waits for it, and writing goes on
-        while the device runs the program's work queued after it. Without that, where the device is behind the
+        `whole_stream`: the CUDA device whose current stream the program's wait is for in full, the batches of
+        fingerprints queued there included. Then a record whose batch (on that device) is still on its way waits for
+        it, and writing goes on while the device runs the program's work queued after it. Without that, where the device is behind the
         host at a wait (long kernels queued before it), no batch sealed since has arrived, and those records wait
         for a later wait, or are written op by op once too many are held (`_make_room`). Written op by op, the
         records of an eager GPT-2 forward took 2.5 ms of its 23.6 ms of host time on the H100.
@@ -599,7 +603,8 @@ class TraceRecorder(TorchDispatchMode):
                 written += 1
                 if busy is not None and written % WRITE_CHUNK == 0 and busy.query():
                     return
-            if not (held and whole_stream and busy is not None and device is not None and device.read_sealed()):
+            if not (held and whole_stream is not None and busy is not None and device is not None
+                    and device.read_sealed(whole_stream)):
                 return
 
     def _make_room(self) -> None:
@@ -612,7 +617,7 @@ class TraceRecorder(TorchDispatchMode):
             device.wait_for(self._held[len(self._held) // 2][1])
             self.write_held()
 
-    def before_host_wait(self, whole_stream: bool = False) -> None:
+    def before_host_wait(self, whole_stream: int | None = None) -> None:
         """The program is about to wait for the device (a synchronize, `.item()`, a copy to the host): write
         the held records whose fingerprints have arrived, on the recording's own thread. `whole_stream`: see
         `write_held`."""
@@ -774,9 +779,12 @@ class TraceRecorder(TorchDispatchMode):
             written = {identity(t): _version(t) for _, t, w, _ in tensor_args if w} if info.writes else {}
             if written and self.device_fingerprints is not None:  # a queued tensor can change only by a write
                 self.device_fingerprints.before_op([t for _, t, is_written, _ in tensor_args if is_written])
-            if info.host_wait is not None and self._held and _waits_for_device(info, args, kwargs):
-                # The host is about to wait for the device (for the current stream: the op runs there): its time is free.
-                self.write_held(while_busy=True, whole_stream=True)
+            if info.host_wait is not None and self._held:
+                waited = _device_waited_for(info, args, kwargs)
+                if waited is not None:
+                    # The host is about to wait for the device (for the current stream: the op runs there): its time
+                    # is free.
+                    self.write_held(while_busy=True, whole_stream=waited)
         finally:
             self._internal = False
 
