@@ -21,6 +21,11 @@ training loop's `loss.item()` costs), median over the repetitions after
 `torch.cuda.max_memory_allocated()` over the timed calls. For tracediff the
 child also reports records per call, trace bytes per record (plain and gzip -9)
 and how many batches of fingerprints were read back (host waits).
+
+'host loop ms' is the median time of a fixed pure-Python loop (`timing.python_loop_seconds`), run after each
+timed call's synchronize, outside the timing: the host's speed while that config ran. The device machines'
+hosts are shared and slow down by 1.4-1.9x for stretches of seconds; a recording's time follows the host's
+speed, plain's (waiting on the device) barely does, so a tracediff figure is read next to its loop's.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
+
+from timing import python_loop_seconds  # noqa: E402
 
 WORKLOADS = ("hf_gpt2", "transformer", "train_step", "mlp", "cnn")
 MODES = ("eager", "inductor")
@@ -72,6 +79,7 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
         stack.enter_context(DebugMode.log_tensor_hashes(hash_inputs=True))
     times: list[float] = []
     cpu_times: list[float] = []
+    loop_times: list[float] = []
     with stack:
         t0 = time.perf_counter()
         for _ in range(warmup):
@@ -88,6 +96,7 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
             cpu_times.append(time.perf_counter() - t0)  # the host's part: GPU work may still be queued
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            loop_times.append(python_loop_seconds())
         peak = torch.cuda.max_memory_allocated()
         result: dict[str, Any] = {}
         if session is not None:
@@ -105,7 +114,7 @@ def child(workload: str, mode: str, config: str, warmup: int, reps: int) -> dict
     result.update({
         "workload": workload, "mode": mode, "config": config, "warmup": warmup, "reps": reps,
         "warmup_s": warm_s, "median_ms": statistics.median(times) * 1e3, "min_ms": min(times) * 1e3,
-        "host_ms": statistics.median(cpu_times) * 1e3,
+        "host_ms": statistics.median(cpu_times) * 1e3, "host_loop_ms": statistics.median(loop_times) * 1e3,
         "samples_ms": [round(t * 1e3, 3) for t in times], "peak_gpu_mib": peak / 2**20,
     })
     return result
@@ -215,9 +224,9 @@ def table(res: dict[str, Any]) -> str:
     out = [f"Device: {res['device']}, torch {res['torch']}; median ms per call (to `torch.cuda.synchronize()`), "
            f"{res['reps']} timed calls after {res['warmup']} warm-up calls, one process per config.", "",
            "| workload | mode | plain ms | tracediff ms | DebugMode ms | tracediff / plain | DebugMode / plain "
-           "| tracediff / DebugMode | host ms: plain / tracediff | peak GPU MiB: plain / tracediff / DebugMode | records per call "
+           "| tracediff / DebugMode | host ms: plain / tracediff | host loop ms: plain / tracediff | peak GPU MiB: plain / tracediff / DebugMode | records per call "
            "| fingerprint reads per call | trace bytes/record: jsonl / gz |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in res["rows"]:
         p, t, d = (row.get(c, {}) for c in CONFIGS)
         def ms(r: dict[str, Any]) -> str:
@@ -230,8 +239,9 @@ def table(res: dict[str, Any]) -> str:
         size = ("-" if "trace_bytes_per_record" not in t
                 else f"{t['trace_bytes_per_record']:.0f} / {t['trace_gzip_bytes_per_record']:.0f}")
         host = " / ".join("-" if "host_ms" not in r else f"{r['host_ms']:.1f}" for r in (p, t))
+        loop = " / ".join("-" if "host_loop_ms" not in r else f"{r['host_loop_ms']:.2f}" for r in (p, t))
         out.append(f"| {row['workload']} | {row['mode']} | {ms(p)} | {ms(t)} | {ms(d)} | {ratio(t, p)} | {ratio(d, p)} "
-                   f"| {ratio(t, d)} | {host} | {mem} | {t.get('records_per_call', '-')} | {t.get('fetches_per_call', '-')} | {size} |")
+                   f"| {ratio(t, d)} | {host} | {loop} | {mem} | {t.get('records_per_call', '-')} | {t.get('fetches_per_call', '-')} | {size} |")
     errors = [f"- {row['workload']} / {row['mode']} / {c}: {row[c]['error']}" for row in res["rows"]
               for c in CONFIGS if "error" in row.get(c, {})]
     if errors:

@@ -7,14 +7,23 @@ Tells a session's warm-up (its first call reads every weight; on CUDA the proces
 fingerprint kernels) from the steady state that bench/gpu.py and bench/run.py time, and either from a slow stretch
 of the host (plain calls before and after, in the same process). Prints each call's host time (until it returns)
 and total time (until a synchronize after it), in ms.
+
+`--parts`: also, for each session, the recorder's main functions' inclusive time per call (as
+`record_ablation.py --timers` clocks them, about a microsecond per timed call) and the garbage collections
+started during its calls: a session slower than the others says which part grew.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -27,6 +36,34 @@ def _line(label: str, seconds: list[float]) -> str:
     return f"{label}: " + " ".join(f"{s * 1e3:.1f}" for s in seconds)
 
 
+@contextlib.contextmanager
+def _collections() -> Iterator[list[list[float]]]:
+    """[seconds, count] of the collections of each generation started inside the block."""
+    spent = [[0.0, 0] for _ in range(3)]
+    started = [0.0]
+
+    def clock(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            cell = spent[info["generation"]]
+            cell[0] += time.perf_counter() - started[0]
+            cell[1] += 1
+
+    gc.callbacks.append(clock)
+    try:
+        yield spent
+    finally:
+        gc.callbacks.remove(clock)
+
+
+def _parts_line(spent: dict[str, list[float]], collections: list[list[float]], calls: int, top: int = 12) -> str:
+    parts = sorted(((name, seconds) for name, (seconds, count) in spent.items() if count), key=lambda p: -p[1])
+    text = "  ".join(f"{name} {seconds / calls * 1e3:.2f}" for name, seconds in parts[:top])
+    gcs = "  ".join(f"gen{g} {n / calls:.1f}x {s / calls * 1e3:.2f}" for g, (s, n) in enumerate(collections))
+    return f"    parts, ms per call: {text}\n    collections per call: {gcs}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload")
@@ -34,6 +71,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=3)
     parser.add_argument("--calls", type=int, default=16, help="recorded calls per session, the first included")
     parser.add_argument("--plain", type=int, default=10, help="plain calls before the sessions and after them")
+    parser.add_argument("--parts", action="store_true", help="also: the recorder's parts and the collections per session")
     options = parser.parse_args()
     import workloads
 
@@ -49,11 +87,22 @@ def main() -> int:
     print(_line("plain before, host ", hosts))
     print(_line("plain before, total", totals))
     scratch = Path(tempfile.mkdtemp(prefix="tracediff-sessions-"))
+    if options.parts:
+        from op_host_cost import patched
+        from record_ablation import timed_parts, timers
     for s in range(options.sessions):
-        with tracediff.record(scratch / f"session-{s}.jsonl"):
+        spent: dict[str, list[float]] = {}
+        with contextlib.ExitStack() as stack:
+            if options.parts:
+                spent, patches = timers(timed_parts(options.device))
+                stack.enter_context(patched(patches))
+            stack.enter_context(tracediff.record(scratch / f"session-{s}.jsonl"))
+            collections = stack.enter_context(_collections())
             hosts, totals = timed_calls(fn, sync, options.calls)
         print(_line(f"session {s}, host     ", hosts))
         print(_line(f"session {s}, total    ", totals))
+        if options.parts:
+            print(_parts_line(spent, collections, options.calls))
     hosts, totals = timed_calls(fn, sync, options.plain)
     print(_line("plain after, host  ", hosts))
     print(_line("plain after, total ", totals))

@@ -28,3 +28,15 @@ def timed_calls(fn: Callable[[], Any], sync: Callable[[], Any], calls: int) -> t
         sync()
         totals.append(time.perf_counter() - start)
     return hosts, totals
+
+
+def python_loop_seconds(iterations: int = 20_000) -> float:
+    """Seconds a fixed pure-Python loop takes here, now: the host's speed at the moment, by one measure that no
+    recording, allocator or device touches. The device machines' hosts are shared: this loop's time swings by
+    1.4-1.9x for stretches of seconds (BENCHMARKS.md section 7, thirteenth pass), and a recording, which is host
+    work, swings with it, where a plain call waiting on its device does not."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(iterations):
+        total += i * i
+    return time.perf_counter() - start
