@@ -14,15 +14,13 @@ import gc
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from timing import timed_calls  # noqa: E402
+from timing import collections_during, timed_calls  # noqa: E402
 
 CALLS = 20
 
@@ -44,17 +42,6 @@ def main() -> int:
         if cuda:
             torch.cuda.synchronize()  # looked up at each call: the recording hooks it
 
-    spent = {generation: [0.0, 0] for generation in range(3)}
-    started = [0.0]
-
-    def clock(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            cell = spent[info["generation"]]
-            cell[0] += time.perf_counter() - started[0]
-            cell[1] += 1
-
     for _ in range(2):
         fn()
     sync()
@@ -66,15 +53,10 @@ def main() -> int:
         with session:
             fn()
             sync()
-            for cell in spent.values():
-                cell[0], cell[1] = 0.0, 0
-            gc.callbacks.append(clock)
-            try:
+            with collections_during() as spent:
                 _, times = timed_calls(fn, sync, CALLS)
-            finally:
-                gc.callbacks.remove(clock)
         print(f"  {label:9s} median {statistics.median(times) * 1e3:7.2f} ms per call; collections per call: "
-              + "  ".join(f"generation {g} {n / CALLS:.1f} ({s / CALLS * 1e3:.3f} ms)" for g, (s, n) in spent.items()))
+              + "  ".join(f"generation {g} {n / CALLS:.1f} ({s / CALLS * 1e3:.3f} ms)" for g, (s, n) in enumerate(spent)))
     return 0
 
 

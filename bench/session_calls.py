@@ -17,44 +17,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from timing import synchronizer, timed_calls  # noqa: E402
+from timing import collections_during, synchronizer, timed_calls  # noqa: E402
 
 
 def _line(label: str, seconds: list[float]) -> str:
     return f"{label}: " + " ".join(f"{s * 1e3:.1f}" for s in seconds)
-
-
-@contextlib.contextmanager
-def _collections() -> Iterator[list[list[float]]]:
-    """[seconds, count] of the collections of each generation started inside the block."""
-    spent = [[0.0, 0] for _ in range(3)]
-    started = [0.0]
-
-    def clock(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            cell = spent[info["generation"]]
-            cell[0] += time.perf_counter() - started[0]
-            cell[1] += 1
-
-    gc.callbacks.append(clock)
-    try:
-        yield spent
-    finally:
-        gc.callbacks.remove(clock)
 
 
 def _parts_line(spent: dict[str, list[float]], collections: list[list[float]], calls: int, top: int = 12) -> str:
@@ -97,7 +72,7 @@ def main() -> int:
                 spent, patches = timers(timed_parts(options.device))
                 stack.enter_context(patched(patches))
             stack.enter_context(tracediff.record(scratch / f"session-{s}.jsonl"))
-            collections = stack.enter_context(_collections())
+            collections = stack.enter_context(collections_during())
             hosts, totals = timed_calls(fn, sync, options.calls)
         print(_line(f"session {s}, host     ", hosts))
         print(_line(f"session {s}, total    ", totals))

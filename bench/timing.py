@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -40,3 +42,24 @@ def python_loop_seconds(iterations: int = 20_000) -> float:
     for i in range(iterations):
         total += i * i
     return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def collections_during() -> Iterator[list[list[float]]]:
+    """[seconds, count] per generation of the cyclic garbage collections started inside the block."""
+    spent = [[0.0, 0] for _ in range(3)]
+    started = [0.0]
+
+    def clock(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            cell = spent[info["generation"]]
+            cell[0] += time.perf_counter() - started[0]
+            cell[1] += 1
+
+    gc.callbacks.append(clock)
+    try:
+        yield spent
+    finally:
+        gc.callbacks.remove(clock)
