@@ -9,6 +9,7 @@ recording benchmark next to them (BENCHMARKS.md section 7, thirteenth pass).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,9 @@ from timing import python_loop_seconds  # noqa: E402
 
 
 def main() -> int:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("seconds", nargs="?", type=float, default=10.0, help="how long to probe (default 10)")
+    seconds = parser.parse_args().seconds
     times: list[float] = []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:

@@ -16,7 +16,6 @@ started during its calls: a session slower than the others says which part grew.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -66,14 +65,13 @@ def main() -> int:
         from op_host_cost import patched
         from record_ablation import timed_parts, timers
     for s in range(options.sessions):
-        spent: dict[str, list[float]] = {}
-        with contextlib.ExitStack() as stack:
-            if options.parts:
-                spent, patches = timers(timed_parts(options.device))
-                stack.enter_context(patched(patches))
-            stack.enter_context(tracediff.record(scratch / f"session-{s}.jsonl"))
-            collections = stack.enter_context(collections_during())
-            hosts, totals = timed_calls(fn, sync, options.calls)
+        if not options.parts:
+            with tracediff.record(scratch / f"session-{s}.jsonl"):
+                hosts, totals = timed_calls(fn, sync, options.calls)
+        else:
+            spent, patches = timers(timed_parts(options.device))
+            with patched(patches), tracediff.record(scratch / f"session-{s}.jsonl"), collections_during() as collections:
+                hosts, totals = timed_calls(fn, sync, options.calls)
         print(_line(f"session {s}, host     ", hosts))
         print(_line(f"session {s}, total    ", totals))
         if options.parts:
