@@ -258,6 +258,10 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
 @click.option("--calibrate", is_flag=True,
               help="also record the reference with float64 math and judge each difference against the "
                    "reference's own error there (noise_factor x noise, at least the tolerance)")
+@click.option("--same-inputs/--no-same-inputs", default=None,
+              help="judge each compiled call of the candidate on its own inputs against the uncompiled graph and "
+                   "float64; the verdict is that judgement's, and a difference between the runs is drift "
+                   "[default: on]")
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="launch each backend on N ranks with torch's launcher (torchrun), compare rank by rank, "
                    "and check that replicas stay identical across ranks; one backend: that check alone")
@@ -266,7 +270,7 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
 @_report_file_options
 def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
         timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
-        nproc: int, rtol: float | None, atol: float | None, config_path: str | None, strict_structure: bool | None,
+        same_inputs: bool | None, nproc: int, rtol: float | None, atol: float | None, config_path: str | None, strict_structure: bool | None,
         exact: bool | None, fmt: str, html_path: str | None, junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
@@ -287,7 +291,7 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
-                          timeout=timeout, seed=seed, fallback_random=fallback_random)
+                          timeout=timeout, seed=seed, fallback_random=fallback_random, same_inputs=same_inputs)
     sample = AlignmentSample() if html and nproc == 1 and is_single_comparison(backends, repeat) else None
     outcome = run_script(script, list(script_args), backends, config, out_dir, _echo_err, repeat=repeat,
                          calibrate=calibrate, narrow_fused=narrow, sample=sample, nproc=nproc)

@@ -21,6 +21,7 @@ take precedence over the dtype defaults, most specific first.
     fallback_random: true
     timeout: 900
     noise_factor: 10       # --calibrate: allowed multiple of each op's measured noise
+    same_inputs: true      # run: judge each compiled call on its own inputs (--no-same-inputs: traces only)
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Config:
     timeout: float = 900.0
     # --calibrate: a difference may reach this many times the reference's own measured error
     noise_factor: float = 10.0
+    # `tracediff run`: judge each compiled call of the candidate on its own inputs against eager and float64
+    # (judge/); the verdict is then that judgement's, and a difference between the traces is drift.
+    same_inputs: bool = True
 
     def tolerance_for(self, dtype: str, op: str, module: str | None, device: str = "cpu") -> Tolerance:
         """The tolerance a tensor of `dtype` on `device`, from `op` in `module`, is judged by."""
@@ -126,7 +130,7 @@ def _module_matches(module: str, prefix: str) -> bool:
 
 
 _TOP_KEYS = {"tolerances", "ops", "modules", "ignore", "strict_structure", "seed", "fallback_random", "timeout", "exact",
-             "noise_factor"}
+             "noise_factor", "same_inputs"}
 
 
 def load_config(path: str | os.PathLike[str] | None) -> Config:
@@ -176,7 +180,7 @@ def _parse(data: dict[str, Any], where: str) -> Config:
     )
     scalars: dict[str, Any] = {}
     for key, kind in (("strict_structure", bool), ("exact", bool), ("fallback_random", bool), ("seed", int),
-                      ("timeout", (int, float)), ("noise_factor", (int, float))):
+                      ("timeout", (int, float)), ("noise_factor", (int, float)), ("same_inputs", bool)):
         if key in data:
             value = data[key]
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

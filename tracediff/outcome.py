@@ -175,7 +175,7 @@ class Divergence:
     site: Site
     rel_diff: float | None
     candidates: tuple[Site, ...]
-    pinned_by: str | None  # "value" | "position" | None (not pinned)
+    pinned_by: str | None  # "same_inputs" | "value" | "position" | None (not pinned)
     path: str | None  # the named op's file
     inputs_agree: bool
     may_start_earlier: bool
@@ -324,6 +324,10 @@ class Outcome:
     bisected: bool = False  # the bisect keys are written (`bisect` may be null)
     ranks: tuple[RankVerdict, ...] | None = None  # a distributed run: every rank's comparison
     replicas: tuple[dict[str, Any], ...] | None = None  # a distributed run: each run's replica check
+    # A run judged on its own inputs (judge/, diff/same_inputs.py): what its checks came to; and, where every
+    # compiled call was right but the traces differ, where the runs drift apart (the trace rules' finding).
+    same_inputs: dict[str, Any] | None = None
+    drift: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -349,7 +353,8 @@ class Outcome:
                     "repeat": list(self.repeat) if self.repeat is not None else None,
                     "repeat_count": self.repeat_count, "run_dir": self.run_dir, "script": self.script,
                     "ranks": [r.to_json() for r in self.ranks] if self.ranks is not None else None,
-                    "replicas": list(self.replicas) if self.replicas is not None else None}
+                    "replicas": list(self.replicas) if self.replicas is not None else None,
+                    "same_inputs": self.same_inputs, "drift": self.drift}
         out.update({k: v for k, v in optional.items() if v is not None})
         if self.bisected:
             out.update(bisect=self.bisect, bisect_steps=list(self.bisect_steps or ()), oracle_calls=self.oracle_calls)
@@ -375,4 +380,5 @@ class Outcome:
                    tuple(d["bisect_steps"]) if d.get("bisect_steps") is not None else None, d.get("oracle_calls"),
                    bisected="bisect_steps" in d,
                    ranks=tuple(RankVerdict.from_json(r) for r in d["ranks"]) if d.get("ranks") is not None else None,
-                   replicas=tuple(d["replicas"]) if d.get("replicas") is not None else None)
+                   replicas=tuple(d["replicas"]) if d.get("replicas") is not None else None,
+                   same_inputs=d.get("same_inputs"), drift=d.get("drift"))

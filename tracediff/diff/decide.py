@@ -16,6 +16,7 @@ from tracediff.config import Config
 from tracediff.diff.compare import TensorDiff
 from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.place import draws_random
+from tracediff.diff.same_inputs import SameInputFindings, WrongCall, read_findings, rel_diff
 from tracediff.diff.verdict import DiffResult
 from tracediff.diff.verdict import Divergence as Found
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, packet
@@ -70,6 +71,43 @@ def divergence(d: Found) -> Divergence:
                       Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None)
 
 
+def same_input_divergence(wrong: WrongCall) -> Divergence:
+    """The first divergence where a compiled call was wrong on its own inputs: the op the prefix search found
+    (pinned on the same inputs), or the call alone where it could not narrow."""
+    worst = wrong.outputs[0].measurement
+    cause = Cause.NAN if worst.nonfinite else Cause.OUTPUT
+    culprit = wrong.culprit
+    at = wrong.check.get("at")
+    note = wrong.describe()
+    if culprit is None:
+        searched = wrong.check.get("culprit") or {}
+        if searched.get("note"):
+            note += f"; the op inside it was not found ({searched['note']})"
+        site = Site(None, at, None, wrong.check.get("m"), None)
+        return Divergence(cause, site, rel_diff(worst), (), None, None, True, False, note, None, None, None)
+    site = Site(culprit["op"], at, culprit.get("src"), culprit.get("m"), culprit.get("code"))
+    if culprit.get("note"):
+        note += f"; {culprit['note']}"
+    if wrong.phase != "forward":
+        note += f"; the op's backward, as the compiled backward computes it ({culprit['op']} is its forward op)"
+    return Divergence(cause, site, rel_diff(worst), (site,), "same_inputs", culprit.get("path"), True, False, note,
+                      None, None, None)
+
+
+def _drift(found: Found) -> dict[str, Any]:
+    """Where two runs whose compiled calls were all right drift apart, as the trace rules see it."""
+    return {"op": found.a.op, "index": found.a.index, "source": found.a.source, "module": found.a.module,
+            "rel_diff": _number(found.rel_diff)}
+
+
+def _drift_note(found: Found, findings: SameInputFindings, inherited: int) -> str:
+    rel = f"{found.rel_diff:.3g}" if found.rel_diff is not None and math.isfinite(found.rel_diff) else "far"
+    return (f"the runs drift apart from {found.a.op} at {found.a.source} (relative difference {rel}; "
+            f"{inherited} later record(s) differ too), yet each of the {findings.summary()} is as close to "
+            "float64 as eager on its own inputs: rounding the program amplified (an optimizer's step, a long "
+            "loop), not the compiler")
+
+
 def _run(run: RunResult | None, footer: dict[str, Any] | None, truncated: bool, header: dict[str, Any]) -> RunSummary:
     footer = footer or {}
     failure = run.failure() if run is not None else None
@@ -97,6 +135,15 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     failed = [r for r in (run_a, run_b) if r.failure]
     first = result.first
     verdict = Verdict.FAILED if failed else Verdict.DIVERGED if first is not None else Verdict.MATCH
+    # B judged on its own inputs: its checks decide; the trace rules' finding is drift where every call was right.
+    findings = None if determinism_check else read_findings(result.b.checks, config)
+    drift = None
+    if findings is not None:
+        if findings.first_wrong is None and first is not None:
+            drift = first
+        first = None
+        if not failed:
+            verdict = Verdict.DIVERGED if findings.first_wrong is not None else Verdict.MATCH
 
     notes: list[str] = []
     programs = program_differences(result.a.header, result.b.header)
@@ -120,8 +167,12 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
                      "may differ because the two runs drew different ones (a compiled graph may consume the generator "
                      "in another order); check whether it repeats with dropout off (model.eval()) or p=0")
     amplified_note = result.amplified.note() if first is None and result.amplified is not None else None
-    if amplified_note:
+    if amplified_note and findings is None:
         notes.append(amplified_note)
+    if drift is not None and findings is not None:
+        notes.append(_drift_note(drift, findings, result.inherited))
+    elif findings is not None and findings.first_wrong is None:
+        notes.append(f"each of the {findings.summary()} is as close to float64 as eager on its own inputs")
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
     children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))
@@ -138,10 +189,14 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     if result.noise is not None:
         calibration = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
                            max_above_noise_passed=round(result.closest_to_noise, 3))
-    return Outcome(verdict, tuple(str(t) for t in traces), divergence(first) if first else None, (run_a, run_b),
+    first_divergence = divergence(first) if first else None
+    if findings is not None and findings.first_wrong is not None:
+        first_divergence = same_input_divergence(findings.first_wrong)
+    return Outcome(verdict, tuple(str(t) for t in traces), first_divergence, (run_a, run_b),
                    tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),
                    tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
-                   config.exact, calibration)
+                   config.exact, calibration, same_inputs=findings.to_json() if findings else None,
+                   drift=_drift(drift) if drift is not None else None)
 
 
 def unreadable(traces: Sequence[str], runs: Sequence[RunResult], reason: str) -> Outcome:

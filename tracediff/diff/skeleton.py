@@ -150,6 +150,7 @@ class Skeleton:
     regions: int = 0
     ops: int = 0
     nan_origin: NanOrigin | None = None  # first op or kernel making NaN/Inf from finite inputs
+    checks: list[dict[str, Any]] = field(default_factory=list)  # compiled calls judged on their inputs (judge/)
 
     def __len__(self) -> int:
         return len(self.primary)
@@ -220,6 +221,7 @@ def build_skeleton(path: str | Path) -> Skeleton:
         skeleton.source.append(hash(src) if src else 0)
         skeleton.op_lines.add(op_line_key(record))
     skeleton.footer = trace.footer
+    skeleton.checks = trace.checks
     skeleton.truncated = trace.truncated
     return skeleton
 

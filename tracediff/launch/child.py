@@ -46,6 +46,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--time-out", default=None, metavar="PATH",
                         help="`tracediff fix`: run unrecorded, time each compiled call, write the times to PATH "
                              "(--out is then unused)")
+    parser.add_argument("--judge", action="store_true",
+                        help="judge each compiled call on its own inputs, against eager and float64 (judge/)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         recorder_factory=capture.recorder if capture else None,
         upcast="float64" if options.float64 else None,
         before_compile=applier.before_compile if applier else None,
+        judge=options.judge,
     )
     if applier is not None:
         applier.before_script()

@@ -24,12 +24,21 @@ def _flat_tensors(prefix: str, value: Any) -> list[tuple[str, torch.Tensor]]:
     return [(f"{prefix}{i}", t) for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)]
 
 
+def _label(model: Any, region: int) -> str:
+    """What the judge calls a compiled region's graphs: `Net.forward` (region 0)."""
+    if isinstance(model, torch.nn.Module):
+        name = f"{type(model).__name__}.forward"
+    else:
+        name = getattr(model, "__qualname__", None) or getattr(model, "__name__", None) or type(model).__name__
+    return f"{name} (region {region})"
+
+
 class CompileRedirect:
     """Context manager: while active, `torch.compile` uses `backend` and records regions."""
 
     def __init__(self, backend: Backend | None, recorder: TraceRecorder | None,
                  before_compile: Callable[[Any], None] | None = None,
-                 wrap: Callable[[Any, Any], Any] | None = None) -> None:
+                 wrap: Callable[[Any, Any], Any] | None = None, judge: bool = False) -> None:
         # backend None: keep whatever backend the script asked for.
         self.backend = backend
         self.recorder = recorder
@@ -37,6 +46,8 @@ class CompileRedirect:
         # unrecorded run, what wraps each compiled function to time it (record/call_timer.py).
         self.before_compile = before_compile
         self.wrap = wrap
+        # Each graph the backend compiles is judged call by call on its own inputs (judge/).
+        self.judge = judge
         self.compile_calls = 0
         self.dropped_options: list[str] = []
         self._original: Callable[..., Any] | None = None
@@ -59,14 +70,14 @@ class CompileRedirect:
         self.compile_calls += 1
         if self.before_compile is not None:
             self.before_compile(model)
-        compiled = self._compile(model, kwargs)
+        compiled = self._compile(model, kwargs, region)
         if self.recorder is None:
             return compiled if self.wrap is None else self.wrap(model, compiled)
         if isinstance(model, torch.nn.Module):
             return self._wrap_module(model, compiled, region)
         return self._wrap_function(model, compiled, region)
 
-    def _compile(self, model: Any, kwargs: dict[str, Any]) -> Any:
+    def _compile(self, model: Any, kwargs: dict[str, Any], region: int = 0) -> Any:
         assert self._original is not None
         if self.backend is None:
             return self._original(model, **kwargs)
@@ -77,8 +88,19 @@ class CompileRedirect:
             for key in ("mode", "options"):
                 if kwargs.pop(key, None) is not None:
                     self.dropped_options.append(key)
-        kwargs["backend"] = self.backend.compile_backend
+        kwargs["backend"] = self._judged(self.backend.compile_backend, kwargs, _label(model, region)) if self.judge \
+            else self.backend.compile_backend
         return self._original(model, **kwargs)
+
+    def _judged(self, compile_backend: Any, kwargs: dict[str, Any], label: str) -> Any:
+        """The backend wrapped so each graph it compiles is judged; dynamo's own (`eager`) compiles nothing to
+        judge: its graph is the reference."""
+        if compile_backend == "eager" or self.recorder is None:
+            return compile_backend
+        from tracediff.judge.backend import JudgingBackend, inner_backend
+
+        recorder = self.recorder
+        return JudgingBackend(inner_backend(compile_backend, kwargs), recorder, lambda: recorder.region_root, label)
 
     def _next_call(self, region: int) -> int:
         call = self._region_calls.get(region, 0)

@@ -50,7 +50,7 @@ from tracediff.record.source import FusedSource, SourceFinder
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
 from tracediff.record.storage_resizes import StorageResizes
 from tracediff.record.tensor_table import TensorTable
-from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint, without_sketch
+from tracediff.trace.schema import CHECK, KERNEL, OP, REGION, Fingerprint, without_sketch
 from tracediff.trace.writer import TraceWriter
 
 # Ops that mark profiler ranges or are tracediff's own bookkeeping, not computation.
@@ -924,6 +924,15 @@ class TraceRecorder(TorchDispatchMode):
                   "d": self.modules.depth + len(self._regions), "out": self.describe_tensors(outputs)}
         self._emit(record)
         self._seq += 1
+
+    # -- same-input checks ---------------------------------------------------------
+
+    def write_check(self, record: dict[str, Any]) -> None:
+        """One compiled call judged on its own inputs (judge/graph.py), in order with the ops around it. It takes no
+        index of its own (`at`: the index of the record after it), so the ops' indices are those of a run
+        recorded without the judge."""
+        self._emit({"t": CHECK, "at": self._seq, "d": self.modules.depth + len(self._regions),
+                    "m": self.modules.current or self.region_root, **record})
 
     # -- lifetime ------------------------------------------------------------------
 

@@ -103,6 +103,7 @@ class RecordingSession:
         recorder_factory: Callable[[TraceWriter, bool], TraceRecorder] | None = None,
         upcast: str | None = None,
         before_compile: Callable[[Any], None] | None = None,
+        judge: bool = False,
     ) -> None:
         self.path = Path(path)
         self.backend = backend
@@ -116,6 +117,7 @@ class RecordingSession:
         self.recorder_factory = recorder_factory or (lambda writer, exact: TraceRecorder(writer, exact=exact))
         self.upcast = upcast  # "float64": a noise reference run (record/upcast.py)
         self.before_compile = before_compile  # `tracediff fix`: its changes, made at each torch.compile call
+        self.judge = judge  # each compiled call judged on its own inputs (judge/)
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
@@ -142,6 +144,7 @@ class RecordingSession:
             "exact": self.exact,
             "materialized": self.materialized,
             "upcast": self.upcast,
+            "judged": self.judge,
             "settings": numeric_settings(),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -160,7 +163,8 @@ class RecordingSession:
             stack.callback(setattr, inductor_config, "fallback_random", restore_fallback_random)
             self.writer = TraceWriter(self.path, self._header())
             self.recorder = self.recorder_factory(self.writer, self.exact)
-            self.redirect = CompileRedirect(self.backend, self.recorder, before_compile=self.before_compile)
+            self.redirect = CompileRedirect(self.backend, self.recorder, before_compile=self.before_compile,
+                                            judge=self.judge)
             # Importing inductor's compiler costs a second or more per recording: not where no compile can reach
             # it (the compile redirect gives every torch.compile this backend).
             self.kernels = KernelCapture(self.recorder) if self.backend is None or self.backend.may_run_inductor else None

@@ -47,10 +47,18 @@ def render_text(report: dict[str, Any]) -> str:
     lines.append(_VERDICT_LINE[report["verdict"]])
 
     first = report.get("first_divergence")
+    same_inputs = report.get("same_inputs")
     if first:
-        lines += _render_divergence(first, report.get("inherited", 0), report.get("inherited_complete", True))
+        # Under a same-input verdict the traces' later differences are the runs', not this call's doing.
+        inherited = 0 if same_inputs else report.get("inherited", 0)
+        lines += _render_divergence(first, inherited, report.get("inherited_complete", True))
     elif report["verdict"] == "failed" and "compared" in report:
         lines.append(f"  no divergence in the {report['compared']} records compared before the failure")
+    elif report["verdict"] == "match" and same_inputs:
+        drift = report.get("drift")
+        lines.append("  every compiled call is as close to float64 as eager on its own inputs"
+                     + (f"; the runs drift apart from {drift['op']} at {drift['source']}: rounding, not the compiler"
+                        if drift else ""))
     elif report["verdict"] == "match":
         lines.append(f"  {report.get('compared', 0)} paired records agree within tolerance "
                      f"(float32 {_tol(report, 'float32')})")
@@ -59,6 +67,8 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
                          "the values they feed into agree")
 
+    if same_inputs:
+        lines += _render_same_inputs(same_inputs)
     if report.get("ranks"):
         lines += _render_ranks(report["ranks"])
     if report.get("replicas"):
@@ -97,6 +107,21 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _render_same_inputs(same_inputs: dict[str, Any]) -> list[str]:
+    """What judging each compiled call on its own inputs came to; the first wrong call's wrong outputs."""
+    backward = f", {same_inputs['backward_calls']} compiled backward(s)" if same_inputs.get("backward_calls") else ""
+    lines = ["", f"same inputs: {same_inputs['calls']} call(s) of {same_inputs['graphs']} compiled graph(s){backward} "
+                 f"re-run uncompiled and in float64; {same_inputs['wrong_calls']} wrong"]
+    wrong = same_inputs.get("first_wrong")
+    if wrong:
+        lines.append(f"  first wrong: call {wrong['call']} of {wrong['graph']} ({wrong['phase']})")
+        for output in wrong["outputs"][:8]:
+            lines.append(f"    {output['name']} {output['dtype']}{output['shape']}: {output['why']}")
+        if len(wrong["outputs"]) > 8:
+            lines.append(f"    ... {len(wrong['outputs']) - 8} more")
+    return lines
 
 
 def _render_ranks(ranks: list[dict[str, Any]]) -> list[str]:
@@ -194,6 +219,8 @@ def _tol(report: dict[str, Any], dtype: str) -> str:
 
 
 _PINNED = {
+    "same_inputs": "pinned on the same inputs: re-run on this call's very inputs, the compiled code is further from "
+                   "float64 than eager, and a search over the graph's prefixes ends at this op",
     "value": "pinned by value: this op's own inputs agree between the runs and its outputs do not",
     "position": "pinned by position: no other op stands between values that agree and the difference",
     None: "not pinned: the difference comes from one of the candidates",

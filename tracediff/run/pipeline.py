@@ -120,7 +120,10 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
     Apart from `run` itself, the localization benchmark uses it to diff many
     faulty compiled runs against one eager recording.
     """
-    run_b = record_run(path, script_args, backend, run_dir / f"{trace_name('b', backend)}.jsonl", config, echo)
+    # The candidate is judged call by call on its own inputs (judge/), unless it is the reference's backend.
+    judge = config.same_inputs and reference.backend != backend
+    run_b = record_run(path, script_args, backend, run_dir / f"{trace_name('b', backend)}.jsonl", config, echo,
+                       judge=judge)
     noise_trace = None
     if calibrate:
         noise_run = record_run(path, script_args, reference.backend or "eager",
@@ -139,14 +142,16 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
-               echo: Callable[[str], None], label: str = "", float64: bool = False, nproc: int = 1) -> RunResult:
+               echo: Callable[[str], None], label: str = "", float64: bool = False, nproc: int = 1,
+               judge: bool = False) -> RunResult:
     """Record one run of the script (on `nproc` ranks: one trace per rank, `trace` with the rank in its
     name); a backend that cannot even start is a usage error."""
     where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if nproc > 1 else str(trace)
     on_ranks = f" on {nproc} ranks (torch.distributed.run)" if nproc > 1 else ""
-    echo(f"tracediff: recording {path} with backend {backend}{label}{on_ranks} -> {where}")
-    result = record_in_subprocess(path, script_args, Recording.of(config, backend, float64=float64, nproc=nproc),
-                                  trace, echo)
+    judged = " (each compiled call judged on its own inputs)" if judge else ""
+    echo(f"tracediff: recording {path} with backend {backend}{label}{on_ranks}{judged} -> {where}")
+    result = record_in_subprocess(path, script_args,
+                                  Recording.of(config, backend, float64=float64, nproc=nproc, judge=judge), trace, echo)
     if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import: said once, as the error
         raise UserError(result.failure() or f"backend {backend}: bad usage")
     echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))

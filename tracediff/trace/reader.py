@@ -17,7 +17,7 @@ from typing import IO, Any
 import orjson
 
 from tracediff.errors import TraceFormatError
-from tracediff.trace.schema import FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
+from tracediff.trace.schema import CHECK, FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -67,6 +67,8 @@ class Trace:
         self.header: dict[str, Any] = self._read_header()
         self.footer: dict[str, Any] | None = None
         self.truncated_at: int | None = None  # line number of a half-written line
+        # Same-input checks (judge/), kept apart: they pair with nothing in the other trace.
+        self.checks: list[dict[str, Any]] = []
         self._exhausted = False
 
     def _read_header(self) -> dict[str, Any]:
@@ -105,6 +107,9 @@ class Trace:
                 break
             if kind not in RECORD_TYPES:
                 raise TraceFormatError(f"{self.path}: line {number} is not a trace record (type {kind!r})")
+            if kind == CHECK:
+                self.checks.append(record)
+                continue
             yield record
         self._exhausted = True
 

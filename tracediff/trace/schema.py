@@ -26,6 +26,14 @@ kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fu
                     "nfs": true (a NaN/Inf literal argument, e.g. full([n, n], -inf))}...] in graph order,
          "in": [buffers read], "out": [buffers written]}
          One launch of an inductor-generated kernel (record/kernels.py).
+check   {"t": "check", "at": seq of the next record, "g": "graph 0", "call": n, "ph": "fw" | "bw", "d": depth, "m": module,
+         "outs": [measurement...], "culprit": {...} (optional)}
+         One call of a compiled graph judged on its own inputs (judge/): each output of the compiled code
+         ("out0", an input written in place, "grad of <input>") measured against eager and float64 on the
+         same inputs (judge/measure.py's Measurement). `culprit`, on the first wrong call of a graph: the node
+         a bisection over the graph's prefixes found ("node", "op", "ops", "src", "path", "code", "m",
+         "steps"; "note" where it could not narrow). Only in a run recorded with the judge on. Readers keep
+         checks apart from the other records (`Trace.checks`): they take no index, and align with nothing.
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
          "kernels": n (generated kernel launches recorded: the run executed inductor's code),
          "compile_calls": n, "error": null | {"type", "message", "traceback"},
@@ -65,8 +73,9 @@ FOOTER = "footer"
 OP = "op"
 REGION = "region"
 KERNEL = "kernel"
+CHECK = "check"
 
-RECORD_TYPES = frozenset({OP, REGION, KERNEL})
+RECORD_TYPES = frozenset({OP, REGION, KERNEL, CHECK})
 
 
 # The records as types: for readers of the code and for mypy. At run time records stay plain dicts (a
@@ -186,6 +195,7 @@ class Header(TypedDict, total=False):
     exact: bool
     materialized: bool
     upcast: str | None  # "float64": a run recorded with every float op upcast (record/upcast.py)
+    judged: bool  # each compiled call judged on its own inputs (judge/): the trace holds check records
     settings: dict[str, Any]
     rank: int
     world_size: int

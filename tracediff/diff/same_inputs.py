@@ -1,0 +1,115 @@
+"""The verdict from same-input checks: is some compiled call wrong on its own inputs?
+
+A run recorded with the judge (judge/) holds a check record for each call of each compiled graph, forward and
+backward: every output of the compiled code measured against eager and float64 on the very same inputs. Here
+those measurements are judged with the user's tolerances. One wrong call makes the run DIVERGED, named by its
+graph, call, output and (where the prefix search narrowed it) op and line. With every call right, a
+difference between the two runs' traces is the program amplifying rounding, not the compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tracediff.config import Config
+from tracediff.judge.measure import Judgement, Measurement, judge
+
+_PHASES = {"fw": "forward", "bw": "compiled backward"}
+
+
+@dataclass(frozen=True)
+class WrongOutput:
+    measurement: Measurement
+    judgement: Judgement
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.measurement
+        return {"name": m.name, "dtype": m.dtype, "eager_dtype": m.eager_dtype, "shape": m.shape,
+                "why": self.judgement.why, "rel_diff": rel_diff(m)}
+
+
+@dataclass(frozen=True)
+class WrongCall:
+    """The first compiled call found wrong on its own inputs."""
+
+    check: dict[str, Any]
+    outputs: tuple[WrongOutput, ...]
+
+    @property
+    def culprit(self) -> dict[str, Any] | None:
+        culprit = self.check.get("culprit")
+        return culprit if culprit and culprit.get("op") else None
+
+    @property
+    def phase(self) -> str:
+        return _PHASES.get(self.check.get("ph", "fw"), str(self.check.get("ph")))
+
+    def describe(self) -> str:
+        worst = self.outputs[0]
+        return (f"call {self.check.get('call')} of {self.check.get('g')} ({self.phase}), on its own inputs: "
+                f"{worst.measurement.name} {worst.judgement.why}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"graph": self.check.get("g"), "call": self.check.get("call"), "phase": self.phase,
+                "at": self.check.get("at"), "outputs": [o.to_json() for o in self.outputs],
+                "culprit": self.check.get("culprit")}
+
+
+@dataclass(frozen=True)
+class SameInputFindings:
+    """What the checks of one run came to."""
+
+    calls: int  # forward checks
+    backward_calls: int
+    graphs: int
+    wrong_calls: int
+    first_wrong: WrongCall | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "backward_calls": self.backward_calls, "graphs": self.graphs,
+                "wrong_calls": self.wrong_calls,
+                "first_wrong": self.first_wrong.to_json() if self.first_wrong else None}
+
+    def summary(self) -> str:
+        backward = f" and {self.backward_calls} compiled backward(s)" if self.backward_calls else ""
+        return f"{self.calls} call(s) of {self.graphs} compiled graph(s){backward}"
+
+
+def rel_diff(m: Measurement) -> float | None:
+    """How far the compiled output is from eager's, relative to the value's size (None: no number applies)."""
+    if m.problem and not m.dist:
+        return None
+    scale = m.scale or m.scale_max
+    return round(m.dist / scale, 6) if scale else None
+
+
+def _wrong_outputs(check: dict[str, Any], config: Config) -> list[WrongOutput]:
+    wrong = []
+    for record in check.get("outs") or ():
+        m = Measurement.from_record(record)
+        tolerance = config.tolerance_for(m.dtype, "", check.get("m"), m.device)
+        j = judge(m, tolerance)
+        if j.wrong:
+            wrong.append(WrongOutput(m, j))
+    # The worst first: a wrong dtype or NaN, then the largest distance from eager relative to the value.
+    return sorted(wrong, key=lambda o: (o.measurement.problem is None, -(rel_diff(o.measurement) or 0.0)))
+
+
+def read_findings(checks: Sequence[dict[str, Any]], config: Config) -> SameInputFindings | None:
+    """None for a trace without checks (recorded without the judge, or no compiled graph ran)."""
+    if not checks:
+        return None
+    first: WrongCall | None = None
+    wrong_calls = 0
+    for check in sorted(checks, key=lambda c: c.get("at", 0)):
+        outputs = _wrong_outputs(check, config)
+        if outputs:
+            wrong_calls += 1
+            if first is None:
+                first = WrongCall(check, tuple(outputs))
+    return SameInputFindings(
+        calls=sum(1 for c in checks if c.get("ph") == "fw"),
+        backward_calls=sum(1 for c in checks if c.get("ph") == "bw"),
+        graphs=len({c.get("g") for c in checks}), wrong_calls=wrong_calls, first_wrong=first)

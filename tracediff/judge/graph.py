@@ -1,0 +1,337 @@
+"""One compiled graph, judged call by call on its own inputs.
+
+Each call runs three times on the same input values: the float64 reference (the uncompiled graph under
+`Float64Upcast`), eager (the uncompiled graph), and the compiled code, last and on the program's real tensors,
+so the program goes on exactly as it would have. Each reference starts from the random generators' state the
+call started from, and the state is put back before the compiled code runs. Inputs the graph writes in place
+(BatchNorm's running statistics, an optimizer's parameters and state) are found on the graph's first call
+(the float64 reference runs on copies of everything then) and copied for each reference from then on; nothing
+else is copied.
+
+Every output is compared (`measure.py`): the tensors returned, the inputs written in place, integer and bool
+results exactly, dtypes and shapes. Under autograd, the gradients the compiled backward computes for the
+call's inputs are compared too: an identity `autograd.Function` on those inputs receives the compiled
+backward's gradients, a hook on the outputs the gradients fed into it, and the uncompiled graph is re-run from
+the forward's inputs and random state to differentiate the references with the same incoming gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
+from tracediff.record.upcast import Float64Upcast
+
+
+class CheckSink(Protocol):
+    """Where checks go: the recorder (record/mode.py)."""
+
+    def write_check(self, record: dict[str, Any]) -> None: ...
+
+    def quiet(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def records_here(self) -> bool: ...
+
+
+# Narrows a wrong call to the node that makes it wrong (prefix.py): (graph, inputs, rng, tangents) -> culprit.
+Narrower = Callable[["JudgedGraph", list[Any], "RngState", "list[torch.Tensor | None] | None"], "dict[str, Any] | None"]
+
+
+class RngState:
+    """The random generators' state (CPU and each CUDA device in use), to start each reference from."""
+
+    def __init__(self) -> None:
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+_SOURCE_PART = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+
+
+def input_name(placeholder: torch.fx.Node) -> str:
+    """What the program calls a graph input: `fc1.weight` for `L['self']._modules['fc1']._parameters['weight']`,
+    `x` for `L['x']`; the placeholder's own name where dynamo left no source."""
+    source = getattr(placeholder.meta.get("grapharg"), "source", None)
+    try:
+        text = source.name() if callable(getattr(source, "name", None)) else str(source.name)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - a source kind without a name: the placeholder's own will do
+        return placeholder.name
+    if not text or source is None:
+        return placeholder.name
+    text = _SOURCE_PART.sub(lambda m: "." + m.group(1), text)
+    parts = [p for p in text.split(".") if p and p not in ("L", "G", "_modules", "_parameters", "_buffers")]
+    if len(parts) > 1 and parts[0] == "self":
+        parts = parts[1:]
+    return ".".join(parts) or placeholder.name
+
+
+def _is_float(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+def _copy(t: Any) -> Any:
+    return t.detach().clone() if isinstance(t, torch.Tensor) else t
+
+
+def _same_values(t: Any) -> Any:
+    return t.detach() if isinstance(t, torch.Tensor) else t
+
+
+def run_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], float64: bool = False) -> Any:
+    """The uncompiled graph on `inputs`, in the program's precision or as exact float64 math."""
+    # `forward`, not the module's `__call__`: the recorder's global module hooks stay out of it.
+    with Float64Upcast(exact_casts=True) if float64 else contextlib.nullcontext():
+        return gm.forward(*inputs)
+
+
+def differentiable_leaf(t: torch.Tensor, float64: bool) -> torch.Tensor:
+    """A leaf holding `t`'s values to differentiate a reference by; widened for the float64 one."""
+    wide = torch.complex128 if t.is_complex() else torch.float64
+    return (t.detach().to(wide) if float64 else t.detach()).requires_grad_()
+
+
+def outputs_of(result: Any) -> list[Any]:
+    return tree_flatten(result)[0]
+
+
+@dataclass
+class _BackwardCheck:
+    """What judging one call's backward needs, kept from its forward."""
+
+    call: int
+    inputs: list[Any]  # the forward's input values (copies of those the graph writes, the rest as they were)
+    versions: dict[int, int]  # the version each tensor input not copied had, to see a later write to it
+    tapped: list[int]  # inputs whose gradients the compiled backward computes
+    rng: RngState
+    tangents: list[torch.Tensor | None] | None = None  # gradients fed into the compiled backward, per output
+    outputs: list[int] = field(default_factory=list)  # outputs, by position, that carry gradients
+
+
+class _InputTap(torch.autograd.Function):
+    """Identity on a call's differentiable inputs: its backward receives the compiled backward's gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, graph: JudgedGraph, check: _BackwardCheck, *inputs: torch.Tensor) -> Any:
+        ctx.graph, ctx.check = graph, check
+        return tuple(t.view_as(t) for t in inputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:
+        ctx.graph.judge_backward(ctx.check, list(grads))
+        return (None, None, *grads)
+
+
+class JudgedGraph:
+    """Stands in for one compiled graph: runs it, and judges each call against its references."""
+
+    def __init__(self, reference: torch.fx.GraphModule, compiled: Callable[..., Any], name: str, sink: CheckSink,
+                 narrower: Narrower | None = None) -> None:
+        self.reference = reference  # the graph as dynamo gave it, before the backend changed it
+        self.compiled = compiled
+        self.name = name
+        self.sink = sink
+        self.narrower = narrower
+        self.calls = 0
+        self.written: list[int] | None = None  # inputs the graph writes in place, known after its first call
+        self.narrowed: set[str] = set()  # phases ("fw", "bw") already narrowed: the first wrong call of each
+        self._active = False
+
+    @functools.cached_property
+    def input_names(self) -> list[str]:
+        return [input_name(n) for n in self.reference.graph.find_nodes(op="placeholder")]
+
+    def __call__(self, *args: Any) -> Any:
+        if self._active or not self.sink.records_here():
+            return self.compiled(*args)
+        call = self.calls
+        self.calls += 1
+        rng = RngState()
+        with self._running():
+            out64, in64 = self._reference(args, float64=True)
+            rng.restore()
+            out_e, in_e = self._reference(args, float64=False)
+            rng.restore()
+        assert self.written is not None
+        pristine = [_copy(a) if i in self.written else a for i, a in enumerate(args)] \
+            if self.narrower is not None and "fw" not in self.narrowed else None
+        check = self._backward_check(call, args, rng)
+        call_args = list(args)
+        if check is not None:
+            tapped = _InputTap.apply(self, check, *(args[i] for i in check.tapped))
+            for i, t in zip(check.tapped, tapped):
+                call_args[i] = t
+        out_c = self.compiled(*call_args)
+        flat_c = outputs_of(out_c)
+        with self._running():
+            measured = [m for m in self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64))]
+            measured += [m for i in self.written
+                         if (m := _measure(f"{self._input_name(i)} (written in place)", args[i], in_e[i], in64[i]))]
+            culprit = None
+            if pristine is not None and self._wrong(measured):
+                after = RngState()
+                self.narrowed.add("fw")
+                culprit = self.narrower(self, pristine, rng, None) if self.narrower else None
+                after.restore()
+            self._write(call, "fw", measured, culprit)
+        if check is not None:
+            self._hook_outputs(check, flat_c)
+        return out_c
+
+    # -- references --------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        """tracediff's own work: nothing recorded, no recursion into this graph."""
+        self._active = True
+        try:
+            with self.sink.quiet():
+                yield
+        finally:
+            self._active = False
+
+    def _reference(self, args: Sequence[Any], float64: bool) -> tuple[Any, list[Any]]:
+        """The uncompiled graph on copies of what it writes; on its first call (nothing known yet) on copies of
+        every tensor input, and the inputs it wrote are then known."""
+        first = self.written is None
+        inputs = [_copy(a) if first or i in (self.written or ()) else _same_values(a) for i, a in enumerate(args)]
+        versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
+        with torch.no_grad():
+            out = run_graph(self.reference, inputs, float64)
+        if first:
+            self.written = [i for i, (t, v) in enumerate(zip(inputs, versions))
+                            if isinstance(t, torch.Tensor) and t._version != v]
+        return out, inputs
+
+    def _input_name(self, index: int) -> str:
+        names = self.input_names
+        return names[index] if index < len(names) else f"in{index}"
+
+    def _measure_outputs(self, compiled: list[Any], eager: list[Any], reference: list[Any]) -> Iterator[Measurement]:
+        if len(compiled) != len(eager):
+            yield Measurement("outputs", "", [], problem=f"{len(compiled)} outputs where eager gives {len(eager)}")
+            return
+        for i, (c, e, r) in enumerate(zip(compiled, eager, reference)):
+            m = _measure(f"out{i}", c, e, r)
+            if m is not None:
+                yield m
+
+    @staticmethod
+    def _wrong(measured: list[Measurement]) -> bool:
+        return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured)
+
+    def _write(self, call: int, phase: str, measured: list[Measurement], culprit: dict[str, Any] | None) -> None:
+        record: dict[str, Any] = {"g": self.name, "call": call, "ph": phase, "outs": [m.as_record() for m in measured]}
+        if culprit:
+            record["culprit"] = culprit
+        self.sink.write_check(record)
+
+    # -- the backward --------------------------------------------------------------------------------------
+
+    def _backward_check(self, call: int, args: Sequence[Any], rng: RngState) -> _BackwardCheck | None:
+        if not torch.is_grad_enabled():
+            return None
+        written = set(self.written or ())
+        tapped = [i for i, a in enumerate(args) if _is_float(a) and a.requires_grad and i not in written]
+        if not tapped:
+            return None
+        inputs = [_copy(a) if i in written else _same_values(a) for i, a in enumerate(args)]
+        versions = {i: a._version for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in written}
+        return _BackwardCheck(call, inputs, versions, tapped, rng)
+
+    def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any]) -> None:
+        """Keep the gradients autograd feeds into the compiled backward, output by output."""
+        check.outputs = [i for i, t in enumerate(outputs) if _is_float(t) and t.requires_grad]
+        if not check.outputs:
+            return
+
+        tangents: list[torch.Tensor | None] = [None] * len(check.outputs)
+        check.tangents = tangents
+
+        def keeper(position: int) -> Callable[[torch.Tensor], None]:
+            def keep(grad: torch.Tensor) -> None:
+                tangents[position] = grad.detach()
+            return keep
+
+        # One hook per output: a multi-grad hook never fires for the root of a backward (`loss.backward()`).
+        for position, i in enumerate(check.outputs):
+            outputs[i].register_hook(keeper(position))
+
+    def _reference_grads(self, check: _BackwardCheck, float64: bool) -> list[torch.Tensor | None]:
+        assert check.tangents is not None
+        inputs = [_copy(a) if i in (self.written or ()) else a for i, a in enumerate(check.inputs)]
+        # The engine wants a leaf's gradient in the leaf's dtype: float64 leaves for the float64 reference.
+        leaves = {i: differentiable_leaf(inputs[i], float64) for i in check.tapped}
+        inputs = [leaves.get(i, a) for i, a in enumerate(inputs)]
+        check.rng.restore()
+        with torch.enable_grad(), Float64Upcast(exact_casts=True) if float64 else contextlib.nullcontext():
+            outs = outputs_of(self.reference.forward(*inputs))
+            pairs = [(outs[i], g) for i, g in zip(check.outputs, check.tangents)
+                     if g is not None and isinstance(outs[i], torch.Tensor) and outs[i].requires_grad]
+            if not pairs:
+                return [None] * len(check.tapped)
+            grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in check.tapped],
+                                        [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+        return list(grads)
+
+    @staticmethod
+    def _backward_inputs(check: _BackwardCheck) -> list[Any]:
+        """The forward's inputs, those the backward differentiates for as leaves that require gradients."""
+        return [differentiable_leaf(a, False) if i in check.tapped else a for i, a in enumerate(check.inputs)]
+
+    @staticmethod
+    def _tangents_by_output(check: _BackwardCheck) -> list[torch.Tensor | None]:
+        """The incoming gradients by output position (None for outputs that carry none)."""
+        assert check.tangents is not None
+        by_output: list[torch.Tensor | None] = [None] * (max(check.outputs, default=-1) + 1)
+        for i, g in zip(check.outputs, check.tangents):
+            by_output[i] = g
+        return by_output
+
+    def judge_backward(self, check: _BackwardCheck, grads_c: list[torch.Tensor | None]) -> None:
+        """Called by the tap with the compiled backward's gradients for the call's inputs."""
+        if self._active or check.tangents is None:
+            return
+        changed = [i for i, v in check.versions.items() if check.inputs[i]._version != v]
+        if changed:
+            return  # an input was written between the forward and the backward: no same-input reference
+        after = RngState()
+        with self._running():
+            grads_64 = self._reference_grads(check, float64=True)
+            grads_e = self._reference_grads(check, float64=False)
+            measured = [m for i, c, e, r in zip(check.tapped, grads_c, grads_e, grads_64)
+                        if (m := _measure_grad(f"grad of {self._input_name(i)}", c, e, r))]
+            culprit = None
+            if self.narrower is not None and "bw" not in self.narrowed and self._wrong(measured):
+                self.narrowed.add("bw")
+                culprit = self.narrower(self, self._backward_inputs(check), check.rng, self._tangents_by_output(check))
+            after.restore()
+            self._write(check.call, "bw", measured, culprit)
+
+
+def _measure(name: str, c: Any, e: Any, r: Any) -> Measurement | None:
+    return measure(name, c, e, r)
+
+
+def _measure_grad(name: str, c: torch.Tensor | None, e: torch.Tensor | None, r: torch.Tensor | None
+                  ) -> Measurement | None:
+    """A gradient the compiled backward left out (None) is zero, as autograd treats it."""
+    if c is None and e is None:
+        return None
+    like = c if c is not None else e
+    assert like is not None
+    zeros = torch.zeros_like(like)
+    return _measure(name, zeros if c is None else c, zeros if e is None else e, zeros if r is None else r)
+

@@ -1,0 +1,167 @@
+"""How far one compiled output is from the truth, against how far eager's is: measured, then judged.
+
+The child process measures (it has the tensors); the verdict judges (it has the user's tolerances). Both
+read the same numbers, so a check record says why it passed or failed.
+
+The criterion, for a floating output compared over the elements finite in all three results:
+
+    wrong  iff  rms(c - e) > atol + rtol * rms(r)               (beyond the dtype's tolerance from eager)
+           and  rms(c - r) > M * rms(e - r) + F * u * rms(r)    (and further from float64 than eager is)
+
+c is the compiled output, e eager's on the same inputs, r the float64 reference's; u is the dtype's unit
+roundoff (float32 2**-24, bfloat16 2**-8, float16 2**-11); M is 2, or 3 for 16-bit floats (as
+`torch._dynamo.utils.same` allows); F is 4 (a few roundings the compiled code may add where eager was exact
+by luck). The same test on the largest element-wise error (max instead of rms, with 4x the allowance) catches
+a few wrong elements in a large tensor, which an rms hides. A compiled output with NaN/Inf where eager's and
+float64's are finite is wrong; integer and bool outputs must equal eager's exactly; a dtype or shape that
+differs from eager's is wrong whatever the values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from tracediff.config import DEFAULT_TOLERANCES, Tolerance
+
+# The multiple of eager's own error a compiled output may show (torch._dynamo.utils.same: 2, 3 for 16-bit).
+ERROR_MULTIPLE = 2.0
+ERROR_MULTIPLE_16BIT = 3.0
+# Roundings (of the output's scale) a compiled output may add where eager's error is zero by luck.
+ROUNDINGS_ALLOWED = 4.0
+# The element-wise (max) test allows this many times the rms test's allowance.
+MAX_ALLOWANCE = 4.0
+
+_UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8,
+                  torch.float16: 2.0 ** -11, torch.complex64: 2.0 ** -24, torch.complex128: 2.0 ** -53}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One output of one compiled call, measured. `problem` is set for what needs no tolerance to be wrong
+    (dtype, shape, NaN where the references are finite, integers that differ)."""
+
+    name: str  # "out0", "in3 (mutated)", "grad of in1"
+    dtype: str  # the compiled output's
+    shape: list[int]
+    eager_dtype: str | None = None
+    device: str = "cpu"
+    problem: str | None = None
+    dist: float = 0.0  # rms(c - e)
+    err_c: float = 0.0  # rms(c - r)
+    err_e: float = 0.0  # rms(e - r)
+    scale: float = 0.0  # rms(r)
+    dist_max: float = 0.0
+    err_c_max: float = 0.0
+    err_e_max: float = 0.0
+    scale_max: float = 0.0
+    nonfinite: int = 0  # elements non-finite in c where e and r are finite
+
+    def as_record(self) -> dict[str, Any]:
+        return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()
+                if v not in (None, 0, 0.0) or k in ("name", "dtype", "shape")}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Measurement:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in record.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Judgement:
+    wrong: bool
+    why: str  # one line, with the numbers it was judged by
+
+
+def _rms(x: torch.Tensor) -> float:
+    return float(x.pow(2).mean().sqrt()) if x.numel() else 0.0
+
+
+def _max(x: torch.Tensor) -> float:
+    return float(x.abs().max()) if x.numel() else 0.0
+
+
+def measure(name: str, compiled: Any, eager: Any, reference: Any) -> Measurement | None:
+    """Measure one output (None where it is no tensor and equals eager's: a symbolic size, None)."""
+    if not isinstance(compiled, torch.Tensor) or not isinstance(eager, torch.Tensor):
+        if isinstance(compiled, torch.Tensor) != isinstance(eager, torch.Tensor):
+            return Measurement(name, _dtype_of(compiled), [], _dtype_of(eager),
+                               problem=f"compiled gives {type(compiled).__name__}, eager {type(eager).__name__}")
+        if compiled != eager and not (isinstance(compiled, float) and math.isnan(compiled) and math.isnan(eager)):
+            return Measurement(name, type(compiled).__name__, [], problem=f"compiled gives {compiled!r}, eager {eager!r}")
+        return None
+    shape = list(compiled.shape)
+    dtype = str(compiled.dtype).removeprefix("torch.")
+    eager_dtype = str(eager.dtype).removeprefix("torch.")
+    device = str(compiled.device)
+    if compiled.dtype != eager.dtype:
+        return Measurement(name, dtype, shape, eager_dtype, device, problem=f"dtype {dtype} where eager gives {eager_dtype}")
+    if compiled.shape != eager.shape:
+        return Measurement(name, dtype, shape, eager_dtype, device,
+                           problem=f"shape {shape} where eager gives {list(eager.shape)}")
+    if compiled.is_sparse or compiled.is_nested or eager.is_sparse or eager.is_nested:
+        return None  # not read: a layout this comparison does not handle
+    with torch.no_grad():
+        c, e = compiled.detach(), eager.detach()
+        if not (c.is_floating_point() or c.is_complex()):
+            differ = int((c != e).sum()) if c.numel() else 0
+            return Measurement(name, dtype, shape, eager_dtype, device,
+                               problem=f"{differ} of {c.numel()} elements differ from eager's" if differ else None)
+        r = reference.detach() if isinstance(reference, torch.Tensor) and reference.shape == c.shape else e
+        if not (r.is_floating_point() or r.is_complex()):
+            r = e  # a reference that is no float (an error of the reference's): judge against eager alone
+        wide = torch.complex128 if c.is_complex() else torch.float64
+        c, e, r = (t.to(device=c.device, dtype=wide) for t in (c, e, r))
+        finite_c, finite_e, finite_r = c.isfinite(), e.isfinite(), r.isfinite()
+        nonfinite = int((~finite_c & finite_e & finite_r).sum())
+        both = finite_c & finite_e & finite_r
+        c, e, r = c[both], e[both], r[both]
+        dce, dcr, der = (c - e).abs(), (c - r).abs(), (e - r).abs()
+        absr = r.abs()
+        return Measurement(name, dtype, shape, eager_dtype, device,
+                           problem=(f"{nonfinite} NaN/Inf element(s) where eager and float64 are finite"
+                                    if nonfinite else None),
+                           dist=_rms(dce), err_c=_rms(dcr), err_e=_rms(der), scale=_rms(absr),
+                           dist_max=_max(dce), err_c_max=_max(dcr), err_e_max=_max(der), scale_max=_max(absr),
+                           nonfinite=nonfinite)
+
+
+def _dtype_of(value: Any) -> str:
+    return str(value.dtype).removeprefix("torch.") if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def default_tolerance(dtype: str, device: str = "cpu") -> Tolerance:
+    device_type = device.split(":", 1)[0]
+    return DEFAULT_TOLERANCES.get(f"{dtype}@{device_type}") or DEFAULT_TOLERANCES.get(dtype) \
+        or DEFAULT_TOLERANCES["float32"]
+
+
+def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
+    """Whether the compiled output is locally wrong, with the numbers that decided it."""
+    if m.problem:
+        return Judgement(True, m.problem)
+    dtype = getattr(torch, m.dtype, None)
+    u = _UNIT_ROUNDOFF.get(dtype, 2.0 ** -24) if isinstance(dtype, torch.dtype) else 0.0
+    if not isinstance(dtype, torch.dtype) or not (dtype.is_floating_point or dtype.is_complex):
+        return Judgement(False, "equal to eager's")
+    multiple = ERROR_MULTIPLE_16BIT if dtype in (torch.bfloat16, torch.float16) else ERROR_MULTIPLE
+    beyond_tol = m.dist > tolerance.atol + tolerance.rtol * m.scale
+    allowed = multiple * m.err_e + ROUNDINGS_ALLOWED * u * m.scale
+    rms_wrong = beyond_tol and m.err_c > allowed
+    beyond_tol_max = m.dist_max > MAX_ALLOWANCE * (tolerance.atol + tolerance.rtol * m.scale_max)
+    allowed_max = MAX_ALLOWANCE * (multiple * m.err_e_max + ROUNDINGS_ALLOWED * u * m.scale_max)
+    max_wrong = beyond_tol_max and m.err_c_max > allowed_max
+    if rms_wrong:
+        return Judgement(True, f"rms error from float64 {m.err_c:.3g} where eager's is {m.err_e:.3g} "
+                               f"(allowed {allowed:.3g}; {m.dist:.3g} from eager, scale {m.scale:.3g}, {tolerance})")
+    if max_wrong:
+        return Judgement(True, f"largest error from float64 {m.err_c_max:.3g} where eager's is {m.err_e_max:.3g} "
+                               f"(allowed {allowed_max:.3g}; {m.dist_max:.3g} from eager, largest value "
+                               f"{m.scale_max:.3g}, {tolerance})")
+    if not beyond_tol and not beyond_tol_max:
+        return Judgement(False, f"{m.dist:.3g} from eager (rms), within {tolerance}")
+    return Judgement(False, f"{m.dist:.3g} from eager, but no further from float64 than eager "
+                            f"({m.err_c:.3g} against {m.err_e:.3g})")

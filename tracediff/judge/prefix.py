@@ -1,0 +1,249 @@
+"""The node that makes a wrong compiled call wrong: bisection over the graph's prefixes.
+
+Prefix k is the graph cut after its k-th computing node, returning every value live across the cut. It is
+compiled by the run's own backend and judged like a whole call (`measure.py`), on the wrong call's very
+inputs and random state. A fault at node j shows in every prefix that holds j and in none that does not, so
+a binary search finds j in about log2(nodes) compiles. For a wrong backward the prefix is differentiated with
+the gradients eager's whole graph gives the values at the cut (the same incoming gradients the real backward
+had), so only the backward of the nodes inside the prefix is the compiled code's.
+
+The answer is a pair of verified prefixes: k-1 right, k wrong. Fusion differs between prefixes, so a fault
+that needs a particular fusion may show in no prefix short of the whole graph; the culprit is then the last
+node, and the record says the search could not narrow further.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tracediff.judge.graph import differentiable_leaf
+from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
+from tracediff.op_names import op_name
+from tracediff.record.source import _node_info
+
+if TYPE_CHECKING:
+    from tracediff.judge.graph import JudgedGraph, RngState
+
+_COMPUTING = ("call_function", "call_method", "call_module")
+# aten ops that only re-describe memory: never the culprit while the value they show has a producer.
+_LAYOUT_OPS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::permute", "aten::transpose", "aten::t",
+    "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::alias",
+    "aten::flatten", "aten::unflatten", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::narrow",
+    "aten::contiguous", "aten::clone", "aten::detach", "aten::as_strided", "aten::unbind", "aten::view_as",
+    "aten::expand_as", "aten::lift_fresh"})
+
+
+def computing_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op in _COMPUTING]
+
+
+def _tensor_values(node: torch.fx.Node) -> list[int | None]:
+    """Which parts of a node's value are tensors: [None] for a tensor, [0, 2] for a tuple holding tensors there."""
+    value = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(value, torch.Tensor):
+        return [None]
+    if isinstance(value, (tuple, list)):
+        return [i for i, v in enumerate(value) if isinstance(v, torch.Tensor)]
+    return []
+
+
+def prefix_module(gm: torch.fx.GraphModule, k: int) -> torch.fx.GraphModule:
+    """The graph up to and including its k-th computing node, returning every tensor used past it."""
+    nodes = list(gm.graph.nodes)
+    cut = computing_nodes(gm)[k]
+    kept = nodes[:nodes.index(cut) + 1]
+    kept_set = set(kept)
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in kept:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    live = [n for n in kept if n.op in _COMPUTING and (n is cut or any(u not in kept_set for u in n.users))]
+    returned: list[torch.fx.Node] = []
+    for node in live:
+        for part in _tensor_values(node):
+            returned.append(env[node] if part is None else graph.call_function(operator.getitem, (env[node], part)))
+    graph.output(tuple(returned))
+    return torch.fx.GraphModule(gm, graph)
+
+
+class _OpsSeen(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.ops.append(op_name(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _node_ops(gm: torch.fx.GraphModule, inputs: Sequence[Any], target: torch.fx.Node) -> list[str]:
+    """The aten ops `target` dispatches when the graph runs on `inputs`."""
+    seen = _OpsSeen()
+
+    class Interpreter(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            if n is not target:
+                return super().run_node(n)
+            with seen:
+                return super().run_node(n)
+
+    with torch.no_grad():
+        Interpreter(gm).run(*inputs)  # not the module's __call__: no module hooks
+    return seen.ops
+
+
+class PrefixSearch:
+    """Narrows one wrong call (forward or backward) of a judged graph to a node."""
+
+    def __init__(self, backend: Callable[..., Any], region_root: Callable[[], str | None]) -> None:
+        self.backend = backend
+        self.region_root = region_root
+
+    def __call__(self, graph: JudgedGraph, inputs: list[Any], rng: RngState,
+                 tangents: list[torch.Tensor | None] | None) -> dict[str, Any] | None:
+        gm = graph.reference
+        nodes = computing_nodes(gm)
+        if not nodes:
+            return None
+        grad_mode = torch.is_grad_enabled() or tangents is not None
+        cut_grads = _CutGradients(gm, inputs, rng, tangents) if tangents is not None else None
+
+        def wrong(k: int) -> bool:
+            return self._prefix_wrong(gm, k, inputs, rng, graph.written or [], grad_mode, cut_grads)
+
+        steps = 0
+        lo, hi = -1, len(nodes) - 1  # prefix lo is right (the empty one), hi is wrong
+        reproduced = wrong(hi)
+        steps += 1
+        if not reproduced:
+            return {"how": "prefix", "steps": steps, "note": "the whole graph compiled again was right: not narrowed"}
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            steps += 1
+            if wrong(mid):
+                hi = mid
+            else:
+                lo = mid
+        return self._describe(gm, nodes[hi], inputs, steps, hi == len(nodes) - 1)
+
+    def _prefix_wrong(self, gm: torch.fx.GraphModule, k: int, inputs: list[Any], rng: RngState, written: list[int],
+                      grad_mode: bool, cut_grads: _CutGradients | None) -> bool:
+        prefix = prefix_module(gm, k)
+        examples = inputs if cut_grads is None else \
+            [differentiable_leaf(a, False) if i in cut_grads.tapped else a for i, a in enumerate(inputs)]
+        compiled = self._compile(prefix, examples, grad_mode)
+        fed = cut_grads.fed_at(prefix) if cut_grads is not None else None
+        results = []
+        for run in ("float64", "eager", "compiled"):
+            args = [a.detach().clone() if i in written and isinstance(a, torch.Tensor) else a
+                    for i, a in enumerate(inputs)]
+            leaves = {}
+            if cut_grads is not None:
+                leaves = {i: differentiable_leaf(args[i], run == "float64") for i in cut_grads.tapped}
+                args = [leaves.get(i, a) for i, a in enumerate(args)]
+            rng.restore()
+            upcast = _float64() if run == "float64" else contextlib.nullcontext()
+            with torch.set_grad_enabled(grad_mode), upcast:
+                out = list(compiled(*args) if run == "compiled" else prefix.forward(*args))
+                if cut_grads is not None and fed is not None:
+                    out = cut_grads.input_grads(fed, out, [leaves[i] for i in cut_grads.tapped])
+            results.append((out, [args[i] for i in written]))
+        (r_out, r_in), (e_out, e_in), (c_out, c_in) = results
+        measured: list[Measurement | None] = [measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_out, e_out, r_out))]
+        measured += [measure(f"w{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_in, e_in, r_in))]
+        return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured if m is not None)
+
+    def _compile(self, prefix: torch.fx.GraphModule, inputs: list[Any], grad_mode: bool) -> Callable[..., Any]:
+        """The prefix compiled by the backend itself, as dynamo would hand it over (not through torch.compile:
+        dynamo would trace the recorder's module hooks around it)."""
+        with torch.set_grad_enabled(grad_mode):
+            return self.backend(prefix, list(inputs))
+
+    def _describe(self, gm: torch.fx.GraphModule, node: torch.fx.Node, inputs: list[Any], steps: int,
+                  last: bool) -> dict[str, Any]:
+        ops = _node_ops(gm, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in inputs], node)
+        # A view or copy shows a value its producer made: blame the producer.
+        while ops and all(op.split(".")[0] in _LAYOUT_OPS for op in ops):
+            producers = [a for a in node.all_input_nodes if a.op in _COMPUTING]
+            if not producers:
+                break
+            node = producers[0]
+            ops = _node_ops(gm, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in inputs], node)
+        info = _node_info(node, type(gm).__name__)
+        root = self.region_root()
+        module = ".".join(p for p in (root, info.module) if p) or None
+        culprit: dict[str, Any] = {"how": "prefix", "steps": steps, "node": node.name,
+                                   "op": next((op for op in ops if op.split(".")[0] not in _LAYOUT_OPS),
+                                              ops[0] if ops else str(node.target)),
+                                   "ops": sorted(set(ops)), "m": module}
+        if info.source is not None:
+            culprit.update(src=info.source.short, path=info.source.path, code=info.source.code)
+        if last:
+            culprit["note"] = "the last node: no shorter prefix was wrong (the fault may need the whole graph's fusion)"
+        return culprit
+
+
+def _float64() -> contextlib.AbstractContextManager[Any]:
+    from tracediff.record.upcast import Float64Upcast
+
+    return Float64Upcast(exact_casts=True)
+
+
+class _CutGradients:
+    """The gradients eager's whole graph gives the values live at each cut, for the backward's incoming ones."""
+
+    def __init__(self, gm: torch.fx.GraphModule, inputs: list[Any], rng: RngState,
+                 tangents: list[torch.Tensor | None]) -> None:
+        from tracediff.judge.graph import outputs_of
+
+        self.tapped = [i for i, a in enumerate(inputs)
+                       if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) and a.requires_grad]
+        leaves = {i: inputs[i].detach().requires_grad_() for i in self.tapped}
+        self.values: dict[torch.fx.Node, Any] = {}
+        values = self.values
+
+        class Keep(torch.fx.Interpreter):
+            def run_node(self, n: torch.fx.Node) -> Any:
+                values[n] = super().run_node(n)
+                return values[n]
+
+        rng.restore()
+        with torch.enable_grad():
+            outs = outputs_of(Keep(gm).run(*[leaves.get(i, a) for i, a in enumerate(inputs)]))
+        self.by_name = {n.name: v for n, v in values.items()}
+        self.pairs = [(o, g) for o, g in zip(outs, tangents)
+                      if g is not None and isinstance(o, torch.Tensor) and o.requires_grad]
+
+    def fed_at(self, prefix: torch.fx.GraphModule) -> list[tuple[int, torch.Tensor]]:
+        """The gradients eager's whole graph gives the values the prefix returns: (position, gradient)."""
+        cut = [n for n in prefix.graph.nodes if n.op == "output"][0].args[0]
+        originals = [(i, self._original(n)) for i, n in enumerate(cut)]
+        wanted = [(i, v) for i, v in originals if isinstance(v, torch.Tensor) and v.requires_grad]
+        if not wanted or not self.pairs:
+            return []
+        fed = torch.autograd.grad([o for o, _ in self.pairs], [v for _, v in wanted], [g for _, g in self.pairs],
+                                  allow_unused=True, retain_graph=True)
+        return [(i, g.detach()) for (i, _), g in zip(wanted, fed) if g is not None]
+
+    @staticmethod
+    def input_grads(fed: list[tuple[int, torch.Tensor]], out: list[Any], leaves: list[torch.Tensor]) -> list[Any]:
+        """The prefix's input gradients, fed at the cut with eager's gradients there."""
+        pairs = [(out[i], g) for i, g in fed if isinstance(out[i], torch.Tensor) and out[i].requires_grad]
+        if not pairs:
+            return [torch.zeros_like(leaf) for leaf in leaves]
+        grads = torch.autograd.grad([o for o, _ in pairs], leaves, [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+        return [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+
+    def _original(self, node: torch.fx.Node) -> Any:
+        """The whole graph's value for a node of a prefix (copied nodes keep their names)."""
+        if node.op == "call_function" and node.target is operator.getitem:
+            base, index = self._original(node.args[0]), node.args[1]  # type: ignore[arg-type]
+            return base[index] if isinstance(base, (tuple, list)) and isinstance(index, int) else None
+        return self.by_name.get(node.name)
