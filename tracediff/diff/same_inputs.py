@@ -46,13 +46,22 @@ class WrongCall:
     def phase(self) -> str:
         return _PHASES.get(self.check.get("ph", "fw"), str(self.check.get("ph")))
 
+    @property
+    def where(self) -> str:
+        """`call 4 of Net.forward (region 0) graph 1 (Net.forward call 4)`: which call, i.e. which step."""
+        region = self.check.get("rc")
+        within = f" (in {region[0]} call {region[1]})" if region else ""
+        return f"call {self.check.get('call')} of {self.check.get('g')}{within}"
+
     def describe(self) -> str:
         worst = self.outputs[0]
-        return (f"call {self.check.get('call')} of {self.check.get('g')} ({self.phase}), on its own inputs: "
+        return (f"{self.where}, its {self.phase}, on its own inputs: "
                 f"{worst.measurement.name} {worst.judgement.why}")
 
     def to_json(self) -> dict[str, Any]:
+        region = self.check.get("rc")
         return {"graph": self.check.get("g"), "call": self.check.get("call"), "phase": self.phase,
+                "region_call": {"name": region[0], "call": region[1]} if region else None,
                 "at": self.check.get("at"), "outputs": [o.to_json() for o in self.outputs],
                 "culprit": self.check.get("culprit")}
 

@@ -17,14 +17,46 @@ from tracediff.judge.graph import CheckSink, JudgedGraph
 from tracediff.judge.prefix import PrefixSearch
 
 
-def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A GraphModule with its own copy of the graph, sharing the original's submodules and tensors."""
+def reference_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """The graph as dynamo gave it, with each tensor it reads as an attribute (an optimizer's parameters and
+    state, which a compiled step updates in place) made an input after the others; and those tensors.
+
+    A reference then runs on copies of what it writes, attributes included, and never on the program's own
+    tensors; the compiled code keeps reading and writing the real ones."""
     graph = torch.fx.Graph()
-    output = graph.graph_copy(gm.graph, {})
-    graph.output(output)
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    nodes = list(gm.graph.nodes)
+    for node in nodes:
+        if node.op == "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    lifted: dict[str, torch.fx.Node] = {}
+    attributes: list[torch.Tensor] = []
+    for node in nodes:
+        if node.op == "get_attr" and str(node.target) not in lifted:
+            value = _attribute(gm, str(node.target))
+            if isinstance(value, torch.Tensor):
+                placeholder = graph.placeholder(f"attr_{len(attributes)}")
+                placeholder.meta.update(node.meta)
+                placeholder.meta["attribute"] = str(node.target)
+                lifted[str(node.target)] = placeholder
+                attributes.append(value)
+    for node in nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr" and str(node.target) in lifted:
+            env[node] = lifted[str(node.target)]
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
     copy = torch.fx.GraphModule(gm, graph)
     copy.meta = dict(getattr(gm, "meta", {}))
-    return copy
+    return copy, attributes
+
+
+def _attribute(gm: torch.nn.Module, target: str) -> object:
+    value: object = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 class JudgingBackend:
@@ -40,12 +72,12 @@ class JudgingBackend:
         self.graphs = 0
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-        reference = copy_graph_module(gm)
+        reference, attributes = reference_graph(gm)
         compiled = self.inner(gm, example_inputs, **kwargs)
         name = f"{self.label} graph {self.graphs}"
         self.graphs += 1
         narrower = PrefixSearch(self.inner, self.region_root) if self.narrow else None
-        return JudgedGraph(reference, compiled, name, self.sink, narrower)
+        return JudgedGraph(reference, compiled, name, self.sink, narrower, attributes)
 
     def __getattr__(self, name: str) -> Any:
         # What dynamo asks of a backend object (its compiler config, reset) is the inner backend's.

@@ -28,6 +28,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
+from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
 
 
@@ -39,6 +40,11 @@ class CheckSink(Protocol):
     def quiet(self) -> contextlib.AbstractContextManager[None]: ...
 
     def records_here(self) -> bool: ...
+
+    @property
+    def region_call(self) -> tuple[str, int] | None: ...
+
+    def user_line(self) -> SourceLocation | None: ...
 
 
 # Narrows a wrong call to the node that makes it wrong (prefix.py): (graph, inputs, rng, tangents) -> culprit.
@@ -64,6 +70,9 @@ _SOURCE_PART = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
 def input_name(placeholder: torch.fx.Node) -> str:
     """What the program calls a graph input: `fc1.weight` for `L['self']._modules['fc1']._parameters['weight']`,
     `x` for `L['x']`; the placeholder's own name where dynamo left no source."""
+    attribute = placeholder.meta.get("attribute")
+    if attribute:  # a tensor the graph read as its attribute (backend.reference_graph): an optimizer's state, say
+        return f"attribute {str(attribute).removeprefix('self___')}"
     source = getattr(placeholder.meta.get("grapharg"), "source", None)
     try:
         text = source.name() if callable(getattr(source, "name", None)) else str(source.name)  # type: ignore[union-attr]
@@ -80,6 +89,16 @@ def input_name(placeholder: torch.fx.Node) -> str:
 
 def _is_float(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+def _equal(copy: torch.Tensor, original: torch.Tensor) -> bool:
+    """Whether a copy still holds the original's values (NaN equal to NaN)."""
+    with torch.no_grad():
+        try:
+            return bool(torch.equal(copy, original) or (copy.is_floating_point() and copy.isnan().any()
+                                                        and torch.allclose(copy, original, 0.0, 0.0, equal_nan=True)))
+        except RuntimeError:  # a layout torch.equal does not take: as unwritten, as its version says
+            return True
 
 
 def _copy(t: Any) -> Any:
@@ -116,6 +135,7 @@ class _BackwardCheck:
     versions: dict[int, int]  # the version each tensor input not copied had, to see a later write to it
     tapped: list[int]  # inputs whose gradients the compiled backward computes
     rng: RngState
+    where: tuple[str, int] | None  # the compiled region's call the forward ran in
     tangents: list[torch.Tensor | None] | None = None  # gradients fed into the compiled backward, per output
     outputs: list[int] = field(default_factory=list)  # outputs, by position, that carry gradients
 
@@ -138,13 +158,17 @@ class JudgedGraph:
     """Stands in for one compiled graph: runs it, and judges each call against its references."""
 
     def __init__(self, reference: torch.fx.GraphModule, compiled: Callable[..., Any], name: str, sink: CheckSink,
-                 narrower: Narrower | None = None) -> None:
-        self.reference = reference  # the graph as dynamo gave it, before the backend changed it
+                 narrower: Narrower | None = None, attributes: Sequence[torch.Tensor] = ()) -> None:
+        # The graph as dynamo gave it, before the backend changed it; the tensors it reads as attributes are
+        # its last inputs (backend.reference_graph), `attributes` the program's own.
+        self.reference = reference
+        self.attributes = list(attributes)
         self.compiled = compiled
         self.name = name
         self.sink = sink
         self.narrower = narrower
         self.calls = 0
+        self.site: SourceLocation | None = None  # the program's line that made the latest call
         self.written: list[int] | None = None  # inputs the graph writes in place, known after its first call
         self.narrowed: set[str] = set()  # phases ("fw", "bw") already narrowed: the first wrong call of each
         self._active = False
@@ -158,16 +182,19 @@ class JudgedGraph:
             return self.compiled(*args)
         call = self.calls
         self.calls += 1
+        where = self.sink.region_call
+        self.site = self.sink.user_line()
+        inputs = [*args, *self.attributes]  # what the reference reads
         rng = RngState()
         with self._running():
-            out64, in64 = self._reference(args, float64=True)
+            out64, in64 = self._reference(inputs, float64=True)
             rng.restore()
-            out_e, in_e = self._reference(args, float64=False)
+            out_e, in_e = self._reference(inputs, float64=False)
             rng.restore()
         assert self.written is not None
-        pristine = [_copy(a) if i in self.written else a for i, a in enumerate(args)] \
+        pristine = [_copy(a) if i in self.written else a for i, a in enumerate(inputs)] \
             if self.narrower is not None and "fw" not in self.narrowed else None
-        check = self._backward_check(call, args, rng)
+        check = self._backward_check(call, args, inputs, rng, where)
         call_args = list(args)
         if check is not None:
             tapped = _InputTap.apply(self, check, *(args[i] for i in check.tapped))
@@ -178,14 +205,14 @@ class JudgedGraph:
         with self._running():
             measured = [m for m in self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64))]
             measured += [m for i in self.written
-                         if (m := _measure(f"{self._input_name(i)} (written in place)", args[i], in_e[i], in64[i]))]
+                         if (m := _measure(f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
             culprit = None
             if pristine is not None and self._wrong(measured):
                 after = RngState()
                 self.narrowed.add("fw")
                 culprit = self.narrower(self, pristine, rng, None) if self.narrower else None
                 after.restore()
-            self._write(call, "fw", measured, culprit)
+            self._write(call, "fw", measured, culprit, where)
         if check is not None:
             self._hook_outputs(check, flat_c)
         return out_c
@@ -211,8 +238,10 @@ class JudgedGraph:
         with torch.no_grad():
             out = run_graph(self.reference, inputs, float64)
         if first:
-            self.written = [i for i, (t, v) in enumerate(zip(inputs, versions))
-                            if isinstance(t, torch.Tensor) and t._version != v]
+            # A version counter tells most writes; not all (batch_norm writes its running statistics without
+            # bumping theirs), so a changed value tells too.
+            self.written = [i for i, (t, v, a) in enumerate(zip(inputs, versions, args)) if isinstance(t, torch.Tensor)
+                            and (t._version != v or not _equal(t, a))]
         return out, inputs
 
     def _input_name(self, index: int) -> str:
@@ -232,24 +261,30 @@ class JudgedGraph:
     def _wrong(measured: list[Measurement]) -> bool:
         return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured)
 
-    def _write(self, call: int, phase: str, measured: list[Measurement], culprit: dict[str, Any] | None) -> None:
+    def _write(self, call: int, phase: str, measured: list[Measurement], culprit: dict[str, Any] | None,
+               where: tuple[str, int] | None) -> None:
         record: dict[str, Any] = {"g": self.name, "call": call, "ph": phase, "outs": [m.as_record() for m in measured]}
+        if where is not None:  # the compiled region's call this graph ran in: the step, in a training loop
+            record["rc"] = list(where)
         if culprit:
             record["culprit"] = culprit
         self.sink.write_check(record)
 
     # -- the backward --------------------------------------------------------------------------------------
 
-    def _backward_check(self, call: int, args: Sequence[Any], rng: RngState) -> _BackwardCheck | None:
+    def _backward_check(self, call: int, args: Sequence[Any], inputs: Sequence[Any], rng: RngState,
+                        where: tuple[str, int] | None) -> _BackwardCheck | None:
+        """What judging this call's backward needs, or None where no gradient flows into the compiled code. Only the
+        call's arguments are tapped: attributes are read by the compiled code itself."""
         if not torch.is_grad_enabled():
             return None
         written = set(self.written or ())
         tapped = [i for i, a in enumerate(args) if _is_float(a) and a.requires_grad and i not in written]
         if not tapped:
             return None
-        inputs = [_copy(a) if i in written else _same_values(a) for i, a in enumerate(args)]
-        versions = {i: a._version for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in written}
-        return _BackwardCheck(call, inputs, versions, tapped, rng)
+        kept = [_copy(a) if i in written else _same_values(a) for i, a in enumerate(inputs)]
+        versions = {i: a._version for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in written}
+        return _BackwardCheck(call, kept, versions, tapped, rng, where)
 
     def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any]) -> None:
         """Keep the gradients autograd feeds into the compiled backward, output by output."""
@@ -318,7 +353,7 @@ class JudgedGraph:
                 self.narrowed.add("bw")
                 culprit = self.narrower(self, self._backward_inputs(check), check.rng, self._tangents_by_output(check))
             after.restore()
-            self._write(check.call, "bw", measured, culprit)
+            self._write(check.call, "bw", measured, culprit, check.where)
 
 
 def _measure(name: str, c: Any, e: Any, r: Any) -> Measurement | None:

@@ -131,14 +131,15 @@ class PrefixSearch:
                 hi = mid
             else:
                 lo = mid
-        return self._describe(gm, nodes[hi], inputs, steps, hi == len(nodes) - 1)
+        return self._describe(graph, nodes[hi], inputs, steps, hi == len(nodes) - 1)
 
     def _prefix_wrong(self, gm: torch.fx.GraphModule, k: int, inputs: list[Any], rng: RngState, written: list[int],
                       grad_mode: bool, cut_grads: _CutGradients | None) -> bool:
         prefix = prefix_module(gm, k)
         examples = inputs if cut_grads is None else \
             [differentiable_leaf(a, False) if i in cut_grads.tapped else a for i, a in enumerate(inputs)]
-        compiled = self._compile(prefix, examples, grad_mode)
+        # The backend gets a prefix of its own: it may rewrite what it is given (inductor's passes do).
+        compiled = self._compile(prefix_module(gm, k), examples, grad_mode)
         fed = cut_grads.fed_at(prefix) if cut_grads is not None else None
         results = []
         for run in ("float64", "eager", "compiled"):
@@ -166,8 +167,9 @@ class PrefixSearch:
         with torch.set_grad_enabled(grad_mode):
             return self.backend(prefix, list(inputs))
 
-    def _describe(self, gm: torch.fx.GraphModule, node: torch.fx.Node, inputs: list[Any], steps: int,
+    def _describe(self, graph: JudgedGraph, node: torch.fx.Node, inputs: list[Any], steps: int,
                   last: bool) -> dict[str, Any]:
+        gm = graph.reference
         ops = _node_ops(gm, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in inputs], node)
         # A view or copy shows a value its producer made: blame the producer.
         while ops and all(op.split(".")[0] in _LAYOUT_OPS for op in ops):
@@ -183,10 +185,18 @@ class PrefixSearch:
                                    "op": next((op for op in ops if op.split(".")[0] not in _LAYOUT_OPS),
                                               ops[0] if ops else str(node.target)),
                                    "ops": sorted(set(ops)), "m": module}
-        if info.source is not None:
-            culprit.update(src=info.source.short, path=info.source.path, code=info.source.code)
+        notes = []
+        source = info.source
+        if source is None and graph.site is not None:
+            # The node's own frames are all torch's (an optimizer's step): the program's line that made the call.
+            source = graph.site
+            notes.append("the op's own line is inside torch; the line named made the compiled call")
+        if source is not None:
+            culprit.update(src=source.short, path=source.path, code=source.code)
         if last:
-            culprit["note"] = "the last node: no shorter prefix was wrong (the fault may need the whole graph's fusion)"
+            notes.append("the last node: no shorter prefix was wrong (the fault may need the whole graph's fusion)")
+        if notes:
+            culprit["note"] = "; ".join(notes)
         return culprit
 
 

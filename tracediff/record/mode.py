@@ -46,7 +46,7 @@ from tracediff.record.functorch import outside_transforms, transforms_involved
 from tracediff.record.held_gc import HeldRecordsAllowance
 from tracediff.record.identity import identity
 from tracediff.record.modules import ModuleStack
-from tracediff.record.source import FusedSource, SourceFinder
+from tracediff.record.source import FusedSource, SourceFinder, SourceLocation
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
 from tracediff.record.storage_resizes import StorageResizes
 from tracediff.record.tensor_table import TensorTable
@@ -328,6 +328,8 @@ class TraceRecorder(TorchDispatchMode):
         self.kernels = 0  # generated kernel launches: tells a run that ran inductor's code (narrowing)
         # Region stack: (region root module name) for each compiled region we are in.
         self._regions: list[str | None] = []
+        # The same regions' (name, call number), innermost last: where a same-input check ran (judge/).
+        self._region_calls: list[tuple[str, int]] = []
         # True while tracediff itself computes (fingerprints): those ops are not the program's.
         self._internal = False
         # The thread that entered the recorder: other threads' regions and kernels are not recorded.
@@ -736,6 +738,15 @@ class TraceRecorder(TorchDispatchMode):
         """The index the next record will get (`tracediff repro` captures ops by index)."""
         return self._seq
 
+    def user_line(self) -> SourceLocation | None:
+        """The innermost line of the program's own code on the calling thread's stack (a compiled call's site)."""
+        return self.sources.find(sys._getframe(1))[0]
+
+    @property
+    def region_call(self) -> tuple[str, int] | None:
+        """The innermost compiled region being run and its call number, if any."""
+        return self._region_calls[-1] if self._region_calls else None
+
     @property
     def region_root(self) -> str | None:
         """Module name of the innermost compiled region being run, if any."""
@@ -914,12 +925,15 @@ class TraceRecorder(TorchDispatchMode):
                   "d": self.modules.depth + len(self._regions), "m": self.modules.current or root,
                   "in": self.describe_tensors(inputs)}
         self._regions.append(root)
+        self._region_calls.append((name, call))
         self._emit(record)
         self._seq += 1
 
     def region_exit(self, name: str, region: int, call: int, outputs: list[tuple[str, torch.Tensor]]) -> None:
         if self._regions:
             self._regions.pop()
+        if self._region_calls:
+            self._region_calls.pop()
         record = {"t": REGION, "i": self._seq, "ev": "exit", "name": name, "r": region, "call": call,
                   "d": self.modules.depth + len(self._regions), "out": self.describe_tensors(outputs)}
         self._emit(record)

@@ -47,6 +47,13 @@ _LIKE_FACTORIES = frozenset({torch.ops.aten.zeros_like.default, torch.ops.aten.o
                              torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default})
 
 
+# Ops that write arguments their schema does not mark as written: batch norm's running mean and variance
+# (positions 3 and 4), which a train-mode BatchNorm updates through `native_batch_norm` on CPU.
+_UNANNOTATED_WRITES: dict[Any, tuple[int, ...]] = {
+    op: (3, 4) for op in (torch.ops.aten.native_batch_norm.default, torch.ops.aten.cudnn_batch_norm.default,
+                          torch.ops.aten.miopen_batch_norm.default)}
+
+
 def _aliases_or_writes(func: Any) -> bool:
     schema = func._schema
     return any(r.alias_info is not None for r in schema.returns) or schema.is_mutable
@@ -89,6 +96,10 @@ class Float64Upcast(TorchDispatchMode):
         program = functools.reduce(torch.promote_types, [self._program_dtype.get(t, t.dtype) for t in floats])
         wide_args, wide_kwargs = tree_map_only(torch.Tensor, lambda t: t.to(_WIDER.get(t.dtype, t.dtype)), (args, kwargs))
         out = func(*wide_args, **wide_kwargs)
+        for i in _UNANNOTATED_WRITES.get(func, ()):
+            # Written into the wide copy: store it where the program keeps it (a BatchNorm's running statistics).
+            if i < len(args) and isinstance(args[i], torch.Tensor) and args[i] is not wide_args[i]:
+                args[i].copy_(wide_args[i])
         if program in _WIDER:
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.dtype == _WIDER[program]:

@@ -116,7 +116,9 @@ def _render_same_inputs(same_inputs: dict[str, Any]) -> list[str]:
                  f"re-run uncompiled and in float64; {same_inputs['wrong_calls']} wrong"]
     wrong = same_inputs.get("first_wrong")
     if wrong:
-        lines.append(f"  first wrong: call {wrong['call']} of {wrong['graph']} ({wrong['phase']})")
+        region = wrong.get("region_call")
+        within = f" (in {region['name']} call {region['call']})" if region else ""
+        lines.append(f"  first wrong: call {wrong['call']} of {wrong['graph']}{within}, its {wrong['phase']}")
         for output in wrong["outputs"][:8]:
             lines.append(f"    {output['name']} {output['dtype']}{output['shape']}: {output['why']}")
         if len(wrong["outputs"]) > 8:

@@ -1,0 +1,287 @@
+"""Same-input judgement (judge/): each compiled call re-run on its own inputs, uncompiled and in float64.
+
+In process, with small backends that are wrong on purpose (a graph rewrite at dynamo's level, an
+aot_autograd backward rewrite): fast, no inductor. The end-to-end runs are in test_same_inputs_runs.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.backends.common import aot_autograd
+
+from tracediff.config import Config, Tolerance
+from tracediff.diff.same_inputs import read_findings
+from tracediff.judge.backend import JudgingBackend, inner_backend
+from tracediff.judge.measure import Measurement, judge, measure
+
+F32 = Tolerance(1e-4, 1e-6)
+
+
+class Sink:
+    """Collects the checks a judged graph writes, as the recorder would."""
+
+    def __init__(self) -> None:
+        self.checks: list[dict[str, Any]] = []
+
+    def write_check(self, record: dict[str, Any]) -> None:
+        self.checks.append({"t": "check", "at": len(self.checks), **record})
+
+    def quiet(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def records_here(self) -> bool:
+        return True
+
+    @property
+    def region_call(self) -> tuple[str, int] | None:
+        return None
+
+    def user_line(self) -> None:
+        return None
+
+    def wrong(self) -> list[dict[str, Any]]:
+        return [c for c in self.checks if any(judge(Measurement.from_record(o), F32).wrong for o in c["outs"])]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def judged(backend: Any, sink: Sink) -> JudgingBackend:
+    return JudgingBackend(inner_backend(backend, {}), sink, lambda: None, "f (region 0)")
+
+
+def cos_as_sin(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """A backend that computes sin where the graph says cos: wrong in its forward."""
+    for node in gm.graph.nodes:
+        if node.target is torch.cos:
+            node.target = torch.sin
+    gm.recompile()
+    return gm.forward
+
+
+# -- the criterion --------------------------------------------------------------------------------------
+
+
+def test_a_dtype_or_shape_other_than_eager_is_wrong_whatever_the_values() -> None:
+    x = torch.arange(6)
+    m = measure("out0", x.cumsum(0), x.cumsum(0, dtype=torch.bfloat16), None)
+    assert m is not None and judge(m, F32).wrong and "dtype int64 where eager gives bfloat16" in judge(m, F32).why
+    m = measure("out0", torch.zeros(2, 3), torch.zeros(3, 2), torch.zeros(3, 2))
+    assert m is not None and judge(m, F32).wrong
+
+
+def test_integer_results_must_equal_eager_exactly() -> None:
+    m = measure("out0", torch.tensor([1, 2, 4]), torch.tensor([1, 2, 3]), None)
+    assert m is not None and judge(m, F32).wrong
+    m = measure("out0", torch.tensor([True, False]), torch.tensor([True, False]), None)
+    assert m is not None and not judge(m, F32).wrong
+
+
+def test_compiled_further_from_float64_than_eager_is_wrong_and_closer_is_right() -> None:
+    torch.manual_seed(0)
+    exact = torch.randn(1000, dtype=torch.float64)
+    eager = exact.float()
+    wrong = (exact * 1.001).float()
+    assert judge(measure("out0", wrong, eager, exact), F32).wrong  # type: ignore[arg-type]
+    # A fused bf16 kernel that keeps float32 where eager rounds: far from eager, closer to float64.
+    eager_bf16 = exact.bfloat16()
+    fused = exact.float().bfloat16()  # the same rounding once, not twice
+    m = measure("out0", fused, eager_bf16, exact)
+    assert m is not None and not judge(m, Tolerance(1.6e-2, 1e-3)).wrong
+    better = (exact + 1e-9).float()
+    noisy_eager = (exact * (1 + 5e-4)).float()
+    assert not judge(measure("out0", better, noisy_eager, exact), F32).wrong  # type: ignore[arg-type]
+
+
+def test_a_few_wrong_elements_in_a_large_tensor_are_found_by_the_elementwise_test() -> None:
+    exact = torch.randn(100_000, dtype=torch.float64)
+    compiled = exact.float().clone()
+    compiled[17] += 0.02  # within the tolerance as an rms over 100000 elements
+    m = measure("out0", compiled, exact.float(), exact)
+    assert m is not None and judge(m, F32).wrong and "largest error" in judge(m, F32).why
+
+
+def test_nan_where_eager_and_float64_are_finite_is_wrong() -> None:
+    exact = torch.ones(4, dtype=torch.float64)
+    compiled = torch.tensor([1.0, float("nan"), 1.0, 1.0])
+    m = measure("out0", compiled, exact.float(), exact)
+    assert m is not None and m.nonfinite == 1 and judge(m, F32).wrong
+
+
+# -- judged graphs ---------------------------------------------------------------------------------------
+
+
+def test_a_forward_fault_is_found_on_its_call_and_narrowed_to_its_node() -> None:
+    sink = Sink()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = x * 2 + 1
+        y = torch.cos(h)
+        return torch.relu(y).sum(1)
+
+    cf = torch.compile(f, backend=judged(cos_as_sin, sink))
+    x = torch.randn(4, 6)
+    assert not torch.allclose(cf(x), f(x))  # the backend is wrong, and the program still sees its result
+    (check,) = sink.wrong()
+    assert check["ph"] == "fw" and check["call"] == 0
+    culprit = check["culprit"]
+    assert culprit["op"] == "aten::cos" and culprit["src"].startswith("test_same_inputs.py:")
+    assert "y = torch.cos(h)" in culprit["code"]
+
+
+def test_a_healthy_backend_is_right_on_every_call_of_a_training_loop() -> None:
+    sink = Sink()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 1))
+    compiled = torch.compile(model, backend=judged("aot_eager", sink))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    for _ in range(5):
+        loss = F.mse_loss(compiled(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    phases = [c["ph"] for c in sink.checks]
+    assert phases.count("fw") == 5 and phases.count("bw") == 5
+    assert sink.wrong() == []
+
+
+def test_the_program_sees_what_it_would_see_without_the_judge() -> None:
+    """Random ops draw the same numbers; parameters, buffers and results are the same as an unjudged run."""
+
+    def train(backend: Any) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Dropout(0.3),
+                                    torch.nn.Linear(16, 1))
+        compiled = torch.compile(model, backend=backend)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(16, 8)
+        losses = []
+        for _ in range(3):
+            loss = compiled(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return [*losses, torch.rand(3), *(t.detach().clone() for t in model.state_dict().values())]
+
+    plain = train("aot_eager")
+    torch._dynamo.reset()
+    sink = Sink()
+    with_judge = train(judged("aot_eager", sink))
+    assert len(sink.checks) == 6 and sink.wrong() == []
+    assert all(torch.equal(a, b) for a, b in zip(plain, with_judge))
+
+
+def test_wrong_values_written_into_an_input_are_found() -> None:
+    def add_one_more(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        def run(*args: Any) -> Any:
+            out = gm.forward(*args)
+            args[0].add_(1e-2)  # the compiled code writes its mutated input wrong
+            return out
+        return run
+
+    sink = Sink()
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = x.clone()
+        x.mul_(2)  # copy, then mutate in place
+        return z + y
+
+    cf = torch.compile(f, backend=judged(add_one_more, sink))
+    x, y = torch.randn(5), torch.randn(5)
+    before = x.clone()
+    cf(x, y)
+    assert torch.allclose(x, before * 2 + 1e-2)  # the program got the compiled code's write, once
+    (check,) = sink.wrong()
+    wrong = [o["name"] for o in check["outs"] if judge(Measurement.from_record(o), F32).wrong]
+    assert wrong == ["x (written in place)"]
+
+
+def test_a_returned_dtype_other_than_eager_is_found() -> None:
+    def drops_dtype(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return lambda *args: tuple(t.to(torch.int64) for t in gm.forward(*args))
+
+    sink = Sink()
+    cf = torch.compile(lambda x: torch.cumsum(x, 0, dtype=torch.bfloat16), backend=judged(drops_dtype, sink))
+    cf(torch.arange(8))
+    (check,) = sink.wrong()
+    assert "dtype int64 where eager gives bfloat16" in judge(Measurement.from_record(check["outs"][0]), F32).why
+
+
+def _tanh_backward_scaled(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """aot_autograd's backward compiler that scales `tanh_backward` by 1.01."""
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.tanh_backward.default:
+            with gm.graph.inserting_after(node):
+                bumped = gm.graph.call_function(torch.ops.aten.mul.Tensor, (node, 1.01))
+            node.replace_all_uses_with(bumped, delete_user_cb=lambda user: user is not bumped)
+            break
+    gm.recompile()
+    return gm
+
+
+def test_a_wrong_gradient_from_a_compiled_backward_is_found_and_narrowed_to_its_forward_op() -> None:
+    sink = Sink()
+    wrong_backward = aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=_tanh_backward_scaled)
+    w1, w2 = torch.randn(6, 4, requires_grad=True), torch.randn(1, 6, requires_grad=True)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x @ w1.t())
+        return (h @ w2.t()).sum()
+
+    cf = torch.compile(f, backend=judged(wrong_backward, sink))
+    x = torch.randn(3, 4)
+    loss = cf(x)
+    assert not sink.wrong()  # the forward is right
+    loss.backward()
+    (check,) = sink.wrong()
+    assert check["ph"] == "bw"
+    names = {o["name"] for o in check["outs"] if judge(Measurement.from_record(o), F32).wrong}
+    assert "grad of w1" in names and "grad of w2" not in names
+    assert check["culprit"]["op"] == "aten::tanh" and "h = torch.tanh(" in check["culprit"]["code"]
+
+
+def test_an_optimizer_step_reads_its_state_as_attributes_and_the_references_never_write_them() -> None:
+    def step_run(backend: Any) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+
+        @torch.compile(backend=backend)
+        def step() -> None:
+            opt.step()
+
+        for _ in range(3):
+            model(torch.randn(2, 4)).square().sum().backward()
+            step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    plain = step_run("aot_eager")
+    torch._dynamo.reset()
+    sink = Sink()
+    assert all(torch.equal(a, b) for a, b in zip(plain, step_run(judged("aot_eager", sink))))
+    assert len(sink.checks) == 3 and sink.wrong() == []
+    written = [o["name"] for o in sink.checks[0]["outs"]]
+    assert sum(name.startswith("attribute ") for name in written) >= 2  # parameters and state, as attributes
+
+
+def test_findings_name_the_first_wrong_call_and_count_the_rest() -> None:
+    right = {"name": "out0", "dtype": "float32", "shape": [4], "dist": 1e-8, "err_c": 1e-8, "err_e": 1e-8, "scale": 1.0}
+    wrong = {"name": "out0", "dtype": "float32", "shape": [4], "dist": 1e-2, "err_c": 1e-2, "err_e": 1e-8, "scale": 1.0}
+    checks = [{"at": i, "g": "f (region 0) graph 0", "call": i, "ph": "fw", "outs": [wrong if i >= 2 else right]}
+              for i in range(4)]
+    findings = read_findings(checks, Config())
+    assert findings is not None and findings.wrong_calls == 2 and findings.calls == 4
+    assert findings.first_wrong is not None and findings.first_wrong.check["call"] == 2
+    assert read_findings([], Config()) is None
