@@ -225,7 +225,7 @@ def _tanh_backward_scaled(gm: torch.fx.GraphModule, example_inputs: list[Any]) -
         if node.target is torch.ops.aten.tanh_backward.default:
             with gm.graph.inserting_after(node):
                 bumped = gm.graph.call_function(torch.ops.aten.mul.Tensor, (node, 1.01))
-            node.replace_all_uses_with(bumped, delete_user_cb=lambda user: user is not bumped)
+            node.replace_all_uses_with(bumped, delete_user_cb=lambda user, bumped=bumped: user is not bumped)
             break
     gm.recompile()
     return gm

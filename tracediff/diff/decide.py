@@ -138,7 +138,7 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     # B judged on its own inputs: its checks decide; the trace rules' finding is drift where every call was right.
     findings = None if determinism_check else read_findings(result.b.checks, config)
     drift = None
-    if findings is not None:
+    if findings is not None and findings.judged:
         if findings.first_wrong is None and first is not None:
             drift = first
         first = None
@@ -167,12 +167,14 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
                      "may differ because the two runs drew different ones (a compiled graph may consume the generator "
                      "in another order); check whether it repeats with dropout off (model.eval()) or p=0")
     amplified_note = result.amplified.note() if first is None and result.amplified is not None else None
-    if amplified_note and findings is None:
+    if amplified_note and (findings is None or not findings.judged):
         notes.append(amplified_note)
     if drift is not None and findings is not None:
         notes.append(_drift_note(drift, findings, result.inherited))
-    elif findings is not None and findings.first_wrong is None:
+    elif findings is not None and findings.judged and findings.first_wrong is None:
         notes.append(f"each of the {findings.summary()} is as close to float64 as eager on its own inputs")
+    if findings is not None and findings.unjudged_note():
+        notes.append(str(findings.unjudged_note()))
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
     children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))
@@ -190,7 +192,7 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
         calibration = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
                            max_above_noise_passed=round(result.closest_to_noise, 3))
     first_divergence = divergence(first) if first else None
-    if findings is not None and findings.first_wrong is not None:
+    if findings is not None and findings.judged and findings.first_wrong is not None:
         first_divergence = same_input_divergence(findings.first_wrong)
     return Outcome(verdict, tuple(str(t) for t in traces), first_divergence, (run_a, run_b),
                    tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),

@@ -75,11 +75,24 @@ class SameInputFindings:
     graphs: int
     wrong_calls: int
     first_wrong: WrongCall | None
+    unjudged: int = 0  # calls that could not be re-run (a torch.func transform's inputs, a failing reference)
+    unjudged_reason: str | None = None  # the first one's
+
+    @property
+    def judged(self) -> bool:
+        """Whether any call was judged: otherwise the traces alone must decide."""
+        return self.calls + self.backward_calls > 0
 
     def to_json(self) -> dict[str, Any]:
         return {"calls": self.calls, "backward_calls": self.backward_calls, "graphs": self.graphs,
-                "wrong_calls": self.wrong_calls,
+                "wrong_calls": self.wrong_calls, "unjudged": self.unjudged, "unjudged_reason": self.unjudged_reason,
                 "first_wrong": self.first_wrong.to_json() if self.first_wrong else None}
+
+    def unjudged_note(self) -> str | None:
+        if not self.unjudged:
+            return None
+        return (f"{self.unjudged} compiled call(s) could not be judged on their own inputs (the first: "
+                f"{self.unjudged_reason})" + ("" if self.judged else "; the traces alone decided"))
 
     def summary(self) -> str:
         backward = f" and {self.backward_calls} compiled backward(s)" if self.backward_calls else ""
@@ -112,13 +125,16 @@ def read_findings(checks: Sequence[dict[str, Any]], config: Config) -> SameInput
         return None
     first: WrongCall | None = None
     wrong_calls = 0
-    for check in sorted(checks, key=lambda c: c.get("at", 0)):
+    unjudged = [c for c in checks if c.get("unjudged")]
+    judged = [c for c in checks if not c.get("unjudged")]
+    for check in sorted(judged, key=lambda c: c.get("at", 0)):
         outputs = _wrong_outputs(check, config)
         if outputs:
             wrong_calls += 1
             if first is None:
                 first = WrongCall(check, tuple(outputs))
     return SameInputFindings(
-        calls=sum(1 for c in checks if c.get("ph") == "fw"),
-        backward_calls=sum(1 for c in checks if c.get("ph") == "bw"),
-        graphs=len({c.get("g") for c in checks}), wrong_calls=wrong_calls, first_wrong=first)
+        calls=sum(1 for c in judged if c.get("ph") == "fw"),
+        backward_calls=sum(1 for c in judged if c.get("ph") == "bw"),
+        graphs=len({c.get("g") for c in judged}), wrong_calls=wrong_calls, first_wrong=first,
+        unjudged=len(unjudged), unjudged_reason=str(unjudged[0]["unjudged"]) if unjudged else None)

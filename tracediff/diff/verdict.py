@@ -1017,7 +1017,8 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                     walker.unknown(ra, candidate=False, compared=True)
         elif in_diffs and (out_diffs or ra["t"] == REGION):
             bad = [t for t in ra.get("in", []) if t["a"] in {d.arg for d in in_diffs}]
-            tolerance_of = partial(comparer.precision.of, op=ra["op"], module=ra.get("m"))
+            # A region's record has no op: its name stands for one (never a KeyError on a region).
+            tolerance_of = partial(comparer.precision.of, op=ra.get("op") or ra.get("name") or "", module=ra.get("m"))
             if tier[alignable_index] != VALUE_TIER and ra["t"] == OP and not _fed_by_b_only(
                     ra, rb, in_diffs, b_side, by_name, tolerance_of) and b_values.hold_all(bad, tolerance_of):
                 # A crossed pair: B computed these very inputs but fed them to another record of the

@@ -87,6 +87,26 @@ def input_name(placeholder: torch.fx.Node) -> str:
     return ".".join(parts) or placeholder.name
 
 
+def unjudgeable(inputs: Sequence[Any]) -> str | None:
+    """Why a call cannot be re-run on copies of its inputs, or None: a torch.func transform's wrapped tensors,
+    a tensor subclass (DTensor, a nested tensor), a layout a copy does not keep."""
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return "its inputs are a torch.func transform's (vmap, grad)"
+        if type(t) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+            return f"an input is a {type(t).__name__}"
+        if t.is_sparse or t.is_nested or t.layout != torch.strided or t.is_meta:
+            return f"an input has layout {t.layout}" if t.layout != torch.strided else "an input has no plain data"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
 def _is_float(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
 
@@ -185,11 +205,20 @@ class JudgedGraph:
         where = self.sink.region_call
         self.site = self.sink.user_line()
         inputs = [*args, *self.attributes]  # what the reference reads
+        reason = unjudgeable(inputs)
+        if reason is not None:
+            self._write_unjudged(call, "fw", reason, where)
+            return self.compiled(*args)
         rng = RngState()
-        with self._running():
-            out64, in64 = self._reference(inputs, float64=True)
-            rng.restore()
-            out_e, in_e = self._reference(inputs, float64=False)
+        try:
+            with self._running():
+                out64, in64 = self._reference(inputs, float64=True)
+                rng.restore()
+                out_e, in_e = self._reference(inputs, float64=False)
+        except Exception as e:  # noqa: BLE001 - tracediff's own failure: the program goes on, the call unjudged
+            self._write_unjudged(call, "fw", f"its uncompiled graph raised {type(e).__name__}: {_first_line(e)}", where)
+            return self.compiled(*args)
+        finally:
             rng.restore()
         assert self.written is not None
         pristine = [_copy(a) if i in self.written else a for i, a in enumerate(inputs)] \
@@ -202,17 +231,18 @@ class JudgedGraph:
                 call_args[i] = t
         out_c = self.compiled(*call_args)
         flat_c = outputs_of(out_c)
-        with self._running():
-            measured = [m for m in self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64))]
-            measured += [m for i in self.written
-                         if (m := _measure(f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
-            culprit = None
-            if pristine is not None and self._wrong(measured):
-                after = RngState()
-                self.narrowed.add("fw")
-                culprit = self.narrower(self, pristine, rng, None) if self.narrower else None
-                after.restore()
-            self._write(call, "fw", measured, culprit, where)
+        try:
+            with self._running():
+                measured = [m for m in self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64))]
+                measured += [m for i in self.written if (m := _measure(
+                    f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
+                culprit = None
+                if pristine is not None and self._wrong(measured):
+                    self.narrowed.add("fw")
+                    culprit = self._narrow(pristine, rng, None)
+                self._write(call, "fw", measured, culprit, where)
+        except Exception as e:  # noqa: BLE001 - as above
+            self._write_unjudged(call, "fw", f"comparing its outputs raised {type(e).__name__}: {_first_line(e)}", where)
         if check is not None:
             self._hook_outputs(check, flat_c)
         return out_c
@@ -260,6 +290,25 @@ class JudgedGraph:
     @staticmethod
     def _wrong(measured: list[Measurement]) -> bool:
         return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured)
+
+    def _narrow(self, inputs: list[Any], rng: RngState, tangents: list[torch.Tensor | None] | None
+                ) -> dict[str, Any] | None:
+        """The culprit node of a wrong call, the random state as it was after the call put back."""
+        if self.narrower is None:
+            return None
+        after = RngState()
+        try:
+            return self.narrower(self, inputs, rng, tangents)
+        except Exception as e:  # noqa: BLE001 - the search is tracediff's: its failure leaves the call named
+            return {"how": "prefix", "note": f"the search over prefixes raised {type(e).__name__}: {_first_line(e)}"}
+        finally:
+            after.restore()
+
+    def _write_unjudged(self, call: int, phase: str, reason: str, where: tuple[str, int] | None) -> None:
+        record: dict[str, Any] = {"g": self.name, "call": call, "ph": phase, "outs": [], "unjudged": reason}
+        if where is not None:
+            record["rc"] = list(where)
+        self.sink.write_check(record)
 
     def _write(self, call: int, phase: str, measured: list[Measurement], culprit: dict[str, Any] | None,
                where: tuple[str, int] | None) -> None:
@@ -343,17 +392,22 @@ class JudgedGraph:
         if changed:
             return  # an input was written between the forward and the backward: no same-input reference
         after = RngState()
-        with self._running():
-            grads_64 = self._reference_grads(check, float64=True)
-            grads_e = self._reference_grads(check, float64=False)
-            measured = [m for i, c, e, r in zip(check.tapped, grads_c, grads_e, grads_64)
-                        if (m := _measure_grad(f"grad of {self._input_name(i)}", c, e, r))]
-            culprit = None
-            if self.narrower is not None and "bw" not in self.narrowed and self._wrong(measured):
-                self.narrowed.add("bw")
-                culprit = self.narrower(self, self._backward_inputs(check), check.rng, self._tangents_by_output(check))
+        try:
+            with self._running():
+                grads_64 = self._reference_grads(check, float64=True)
+                grads_e = self._reference_grads(check, float64=False)
+                measured = [m for i, c, e, r in zip(check.tapped, grads_c, grads_e, grads_64)
+                            if (m := _measure_grad(f"grad of {self._input_name(i)}", c, e, r))]
+                culprit = None
+                if self.narrower is not None and "bw" not in self.narrowed and self._wrong(measured):
+                    self.narrowed.add("bw")
+                    culprit = self._narrow(self._backward_inputs(check), check.rng, self._tangents_by_output(check))
+                self._write(check.call, "bw", measured, culprit, check.where)
+        except Exception as e:  # noqa: BLE001 - tracediff's own failure: the backward goes on, unjudged
+            self._write_unjudged(check.call, "bw", f"its reference gradients raised {type(e).__name__}: {_first_line(e)}",
+                                 check.where)
+        finally:
             after.restore()
-            self._write(check.call, "bw", measured, culprit, check.where)
 
 
 def _measure(name: str, c: Any, e: Any, r: Any) -> Measurement | None:

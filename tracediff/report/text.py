@@ -48,6 +48,8 @@ def render_text(report: dict[str, Any]) -> str:
 
     first = report.get("first_divergence")
     same_inputs = report.get("same_inputs")
+    if same_inputs and not same_inputs.get("calls") and not same_inputs.get("backward_calls"):
+        same_inputs = None  # no call could be judged: the traces decided, as without the judge
     if first:
         # Under a same-input verdict the traces' later differences are the runs', not this call's doing.
         inherited = 0 if same_inputs else report.get("inherited", 0)

@@ -1,0 +1,58 @@
+"""`tracediff run` judges each compiled call on its own inputs: faults named with their call, op and line;
+healthy training runs (fixtures/clean/, test_clean_scripts.py) match.
+
+Each fixture is a user's script with a fault planted in the compiler (an inductor pass): in a compiled
+backward, in a compiled optimizer step, in a graph compiled late (a new batch size at step 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.conftest import Result, marker_line
+
+pytestmark = pytest.mark.slow
+
+
+def _named(report: dict, fixture: str) -> dict:
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged" and report["exit_code"] == 1, report.get("notes")
+    assert first["pinned_by"] == "same_inputs", first
+    assert first["source"] == f"{fixture}:{marker_line(fixture, 'divergent line')}", first
+    return first
+
+
+def test_a_fault_in_a_compiled_backward_is_named_at_its_forward_line(run_fixture: Callable[..., Result]) -> None:
+    report = run_fixture("backward_fault.py", "eager,inductor").report
+    first = _named(report, "backward_fault.py")
+    assert first["op"] == "aten::tanh"
+    wrong = report["same_inputs"]["first_wrong"]
+    assert wrong["phase"] == "compiled backward"
+    assert {o["name"] for o in wrong["outputs"]} == {"grad of fc1.weight", "grad of fc1.bias"}
+
+
+def test_a_fault_in_a_compiled_optimizer_step_is_named_at_the_step(run_fixture: Callable[..., Result]) -> None:
+    report = run_fixture("optimizer_fault.py", "eager,inductor").report
+    first = _named(report, "optimizer_fault.py")
+    assert first["op"] == "aten::sqrt"
+    wrong = report["same_inputs"]["first_wrong"]
+    assert wrong["call"] == 0 and all("(written in place)" in o["name"] for o in wrong["outputs"])
+    assert report["same_inputs"]["wrong_calls"] == 3  # every step
+
+
+def test_a_fault_from_a_late_recompile_is_named_with_its_step(run_fixture: Callable[..., Result]) -> None:
+    report = run_fixture("late_recompile_fault.py", "eager,inductor").report
+    first = _named(report, "late_recompile_fault.py")
+    assert first["op"] == "aten::cos"
+    wrong = report["same_inputs"]["first_wrong"]
+    assert wrong["region_call"] == {"name": "Net.forward", "call": 4}  # step 4: the batch of 6
+    assert wrong["graph"].endswith("graph 1") and wrong["phase"] == "forward"
+    assert report["same_inputs"]["calls"] == 5
+
+
+def test_trace_rules_alone_still_answer_with_no_same_inputs(run_fixture: Callable[..., Result]) -> None:
+    report = run_fixture("optimizer_fault.py", "eager,inductor", "--no-same-inputs").report
+    assert "same_inputs" not in report
+    assert report["verdict"] == "diverged"  # the traces differ after the first step
