@@ -18,7 +18,7 @@ PACKAGE = Path(tracediff.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "op_names"},  # the exit codes and the two kinds of error; op names and their parts
     {"config", "outputs", "quiet", "_version"},  # what everything may use
-    {"trace", "outcome"},  # the trace's schema and files; the result types
+    {"trace", "outcome", "judge"},  # the trace's schema and files; the result types; the same-input criterion
     {"record", "diff"},  # making a trace; aligning two and deciding the verdict
     {"report", "launch"},  # rendering an outcome; running a script under the recorder in a subprocess
     {"repro", "bisect"},  # tools built on recorded runs

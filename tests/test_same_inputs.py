@@ -1,4 +1,4 @@
-"""Same-input judgement (judge/): each compiled call re-run on its own inputs, uncompiled and in float64.
+"""Same-input judgement (record/judging/): each compiled call re-run on its own inputs, uncompiled and in float64.
 
 In process, with small backends that are wrong on purpose (a graph rewrite at dynamo's level, an
 aot_autograd backward rewrite): fast, no inductor. The end-to-end runs are in test_same_inputs_runs.py.
@@ -17,8 +17,8 @@ from torch._dynamo.backends.common import aot_autograd
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.same_inputs import read_findings
-from tracediff.judge.backend import JudgingBackend, inner_backend
 from tracediff.judge.measure import Measurement, judge, measure
+from tracediff.record.judging.backend import JudgingBackend, inner_backend
 
 F32 = Tolerance(1e-4, 1e-6)
 
@@ -285,3 +285,21 @@ def test_findings_name_the_first_wrong_call_and_count_the_rest() -> None:
     assert findings is not None and findings.wrong_calls == 2 and findings.calls == 4
     assert findings.first_wrong is not None and findings.first_wrong.check["call"] == 2
     assert read_findings([], Config()) is None
+
+
+def test_a_call_the_judge_cannot_rerun_is_recorded_unjudged_and_the_program_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracediff.record.judging import graph
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no reference here")
+
+    monkeypatch.setattr(graph, "run_graph", broken)
+    sink = Sink()
+    cf = torch.compile(lambda x: torch.cos(x) * 2, backend=judged("aot_eager", sink))
+    x = torch.randn(5)
+    assert torch.allclose(cf(x), torch.cos(x) * 2)
+    (check,) = sink.checks
+    assert check["unjudged"] == "its uncompiled graph raised RuntimeError: no reference here"
+    findings = read_findings(sink.checks, Config())
+    assert findings is not None and not findings.judged and findings.unjudged == 1

@@ -85,7 +85,7 @@ class Config:
     # --calibrate: a difference may reach this many times the reference's own measured error
     noise_factor: float = 10.0
     # `tracediff run`: judge each compiled call of the candidate on its own inputs against eager and float64
-    # (judge/); the verdict is then that judgement's, and a difference between the traces is drift.
+    # (record/judging/); the verdict is then that judgement's, and a difference between the traces is drift.
     same_inputs: bool = True
 
     def tolerance_for(self, dtype: str, op: str, module: str | None, device: str = "cpu") -> Tolerance:

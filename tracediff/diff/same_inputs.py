@@ -1,6 +1,6 @@
 """The verdict from same-input checks: is some compiled call wrong on its own inputs?
 
-A run recorded with the judge (judge/) holds a check record for each call of each compiled graph, forward and
+A run recorded with the judge (record/judging/) holds a check record for each call of each compiled graph, forward and
 backward: every output of the compiled code measured against eager and float64 on the very same inputs. Here
 those measurements are judged with the user's tolerances. One wrong call makes the run DIVERGED, named by its
 graph, call, output and (where the prefix search narrowed it) op and line. With every call right, a

@@ -150,7 +150,7 @@ class Skeleton:
     regions: int = 0
     ops: int = 0
     nan_origin: NanOrigin | None = None  # first op or kernel making NaN/Inf from finite inputs
-    checks: list[dict[str, Any]] = field(default_factory=list)  # compiled calls judged on their inputs (judge/)
+    checks: list[dict[str, Any]] = field(default_factory=list)  # compiled calls judged on their inputs (record/judging/)
 
     def __len__(self) -> int:
         return len(self.primary)

@@ -174,7 +174,9 @@ class _Search:
             reference = record_in_subprocess(self.script, self.script_args,
                                              replace(self.recording(fix=encode([change])), backend="eager"),
                                              eager_trace, echo=lambda _line: None)
-        run = record_in_subprocess(self.script, self.script_args, self.recording(fix=encode([change])), trace,
+        # Judged on its own inputs as the diagnosis was (record/judging/): a change is verified by the same verdict.
+        run = record_in_subprocess(self.script, self.script_args,
+                                   self.recording(fix=encode([change]), judge=self.config.same_inputs), trace,
                                    echo=lambda _line: None)
         failure = reference.failure() or run.failure()
         if failure:
@@ -215,8 +217,10 @@ def fix_script(script: str, script_args: list[str], backend: str, config: Config
         outcome = run_and_diff(script, script_args, ["eager", backend], config, out_dir, echo)
         result = FixResult(outcome, backend, compiled_name=compiled_name(path))
         if outcome.verdict is Verdict.MATCH:
+            rounding = (" (the runs drift apart by rounding, and every compiled call is right on its own inputs: "
+                        "there is no compiler bug to work around)") if outcome.drift else ""
             return replace(result, outcome=replace(outcome, notes=(
-                *outcome.notes, f"no divergence between eager and {backend}: nothing to fix")))
+                *outcome.notes, f"no divergence between eager and {backend}: nothing to fix{rounding}")))
         if outcome.verdict is not Verdict.DIVERGED or outcome.first_divergence is None:
             return result
         run_dir = Path(str(outcome.run_dir))

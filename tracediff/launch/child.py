@@ -47,7 +47,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="`tracediff fix`: run unrecorded, time each compiled call, write the times to PATH "
                              "(--out is then unused)")
     parser.add_argument("--judge", action="store_true",
-                        help="judge each compiled call on its own inputs, against eager and float64 (judge/)")
+                        help="judge each compiled call on its own inputs, against eager and float64 (record/judging/)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)

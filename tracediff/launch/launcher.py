@@ -107,7 +107,7 @@ class Recording:
     nproc: int = 1  # processes launched by torch's elastic launcher (torchrun), each writing its rank's trace
     fix: str | None = None  # `tracediff fix`: the changes to make, as JSON (record/fix_changes.py's `encode`)
     time_out: Path | None = None  # `tracediff fix`: run unrecorded and write the compiled calls' times here
-    judge: bool = False  # judge each compiled call on its own inputs against eager and float64 (judge/)
+    judge: bool = False  # judge each compiled call on its own inputs against eager and float64 (record/judging/)
 
     @classmethod
     def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:

@@ -37,7 +37,7 @@ class CompileRedirect:
     """Context manager: while active, `torch.compile` uses `backend` and records regions."""
 
     def __init__(self, backend: Backend | None, recorder: TraceRecorder | None,
-                 before_compile: Callable[[Any], None] | None = None,
+                 before_compile: Callable[[Any], bool | None] | None = None,
                  wrap: Callable[[Any, Any], Any] | None = None, judge: bool = False) -> None:
         # backend None: keep whatever backend the script asked for.
         self.backend = backend
@@ -46,7 +46,7 @@ class CompileRedirect:
         # unrecorded run, what wraps each compiled function to time it (record/call_timer.py).
         self.before_compile = before_compile
         self.wrap = wrap
-        # Each graph the backend compiles is judged call by call on its own inputs (judge/).
+        # Each graph the backend compiles is judged call by call on its own inputs (record/judging/).
         self.judge = judge
         self.compile_calls = 0
         self.dropped_options: list[str] = []
@@ -68,9 +68,9 @@ class CompileRedirect:
             return lambda fn: self.compile(fn, **kwargs)
         region = self.compile_calls
         self.compile_calls += 1
-        if self.before_compile is not None:
-            self.before_compile(model)
-        compiled = self._compile(model, kwargs, region)
+        # `tracediff fix` may ask for no compilation at all (False): the function itself, as under `eager`.
+        compiles = self.before_compile(model) if self.before_compile is not None else None
+        compiled = model if compiles is False else self._compile(model, kwargs, region)
         if self.recorder is None:
             return compiled if self.wrap is None else self.wrap(model, compiled)
         if isinstance(model, torch.nn.Module):
@@ -97,7 +97,7 @@ class CompileRedirect:
         judge: its graph is the reference."""
         if compile_backend == "eager" or self.recorder is None:
             return compile_backend
-        from tracediff.judge.backend import JudgingBackend, inner_backend
+        from tracediff.record.judging.backend import JudgingBackend, inner_backend
 
         recorder = self.recorder
         return JudgingBackend(inner_backend(compile_backend, kwargs), recorder, lambda: recorder.region_root, label)

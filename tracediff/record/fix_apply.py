@@ -25,6 +25,7 @@ from tracediff.record.fix_changes import (
     FLOAT32_MODULE,
     INDUCTOR_CONFIG,
     MATMUL_PRECISION,
+    NO_COMPILE,
     Change,
 )
 
@@ -87,7 +88,8 @@ class FixApplier:
         if any(c.kind == MATMUL_PRECISION for c in self.changes):
             _full_precision()
 
-    def before_compile(self, model: Any) -> None:
+    def before_compile(self, model: Any) -> bool:
+        """Make the changes; False where one is to compile nothing (torch.compile then returns `model` itself)."""
         import torch._inductor.config as config
         import torch._inductor.decomposition as decomposition
         import torch._inductor.lowering as lowering
@@ -117,6 +119,7 @@ class FixApplier:
                 else:
                     module.forward = in_float32(module.forward)
             self._say(change)
+        return not any(change.kind == NO_COMPILE for change in self.changes)
 
     def _say(self, change: Change) -> None:
         if change not in self._made:

@@ -328,7 +328,7 @@ class TraceRecorder(TorchDispatchMode):
         self.kernels = 0  # generated kernel launches: tells a run that ran inductor's code (narrowing)
         # Region stack: (region root module name) for each compiled region we are in.
         self._regions: list[str | None] = []
-        # The same regions' (name, call number), innermost last: where a same-input check ran (judge/).
+        # The same regions' (name, call number), innermost last: where a same-input check ran (record/judging/).
         self._region_calls: list[tuple[str, int]] = []
         # True while tracediff itself computes (fingerprints): those ops are not the program's.
         self._internal = False
@@ -942,7 +942,7 @@ class TraceRecorder(TorchDispatchMode):
     # -- same-input checks ---------------------------------------------------------
 
     def write_check(self, record: dict[str, Any]) -> None:
-        """One compiled call judged on its own inputs (judge/graph.py), in order with the ops around it. It takes no
+        """One compiled call judged on its own inputs (record/judging/graph.py), in order with the ops around it. It takes no
         index of its own (`at`: the index of the record after it), so the ops' indices are those of a run
         recorded without the judge."""
         self._emit({"t": CHECK, "at": self._seq, "d": self.modules.depth + len(self._regions),

@@ -102,7 +102,7 @@ class RecordingSession:
         script_dir: str | None = None,
         recorder_factory: Callable[[TraceWriter, bool], TraceRecorder] | None = None,
         upcast: str | None = None,
-        before_compile: Callable[[Any], None] | None = None,
+        before_compile: Callable[[Any], bool | None] | None = None,
         judge: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -117,7 +117,7 @@ class RecordingSession:
         self.recorder_factory = recorder_factory or (lambda writer, exact: TraceRecorder(writer, exact=exact))
         self.upcast = upcast  # "float64": a noise reference run (record/upcast.py)
         self.before_compile = before_compile  # `tracediff fix`: its changes, made at each torch.compile call
-        self.judge = judge  # each compiled call judged on its own inputs (judge/)
+        self.judge = judge  # each compiled call judged on its own inputs (record/judging/)
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None

@@ -66,7 +66,7 @@ class Float64Upcast(TorchDispatchMode):
         super().__init__()
         self._program_dtype = WeakTensorKeyDictionary()  # computed float64 tensor -> dtype the program has it in
         # True: a cast to a narrower floating dtype (autocast's bf16 copies, `.half()`) keeps float64, so the
-        # result is the exact math the program approximates (the same-input judge's reference, judge/graph.py).
+        # result is the exact math the program approximates (the same-input judge's reference, record/judging/graph.py).
         # False (`--calibrate`): casts round as the program does, so the run measures noise around its values.
         self.exact_casts = exact_casts
 

@@ -63,7 +63,7 @@ def needs_narrowing(outcome: Outcome, trace_b: Path) -> bool:
     kernel before it), in a run whose compiled side ran generated kernels."""
     first = outcome.first_divergence
     if first is None or outcome.verdict is not Verdict.DIVERGED or (outcome.same_inputs or {}).get("first_wrong"):
-        return False  # a same-input verdict was narrowed in the run itself (judge/prefix.py)
+        return False  # a same-input verdict was narrowed in the run itself (record/judging/prefix.py)
     unplaced = first.cause.kind == "output" and first.site.source is None
     unsure = len(first.candidates) > 1 or unplaced or first.may_start_earlier
     return unsure and runs_generated_kernels(trace_b)

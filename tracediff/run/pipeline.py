@@ -120,7 +120,7 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
     Apart from `run` itself, the localization benchmark uses it to diff many
     faulty compiled runs against one eager recording.
     """
-    # The candidate is judged call by call on its own inputs (judge/), unless it is the reference's backend.
+    # The candidate is judged call by call on its own inputs (record/judging/), unless it is the reference's backend.
     judge = config.same_inputs and reference.backend != backend
     run_b = record_run(path, script_args, backend, run_dir / f"{trace_name('b', backend)}.jsonl", config, echo,
                        judge=judge)

@@ -67,7 +67,7 @@ class Trace:
         self.header: dict[str, Any] = self._read_header()
         self.footer: dict[str, Any] | None = None
         self.truncated_at: int | None = None  # line number of a half-written line
-        # Same-input checks (judge/), kept apart: they pair with nothing in the other trace.
+        # Same-input checks (record/judging/), kept apart: they pair with nothing in the other trace.
         self.checks: list[dict[str, Any]] = []
         self._exhausted = False
 

@@ -28,7 +28,7 @@ kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fu
          One launch of an inductor-generated kernel (record/kernels.py).
 check   {"t": "check", "at": seq of the next record, "g": "graph 0", "call": n, "ph": "fw" | "bw", "d": depth, "m": module,
          "outs": [measurement...], "culprit": {...} (optional)}
-         One call of a compiled graph judged on its own inputs (judge/): each output of the compiled code
+         One call of a compiled graph judged on its own inputs (record/judging/): each output of the compiled code
          ("out0", an input written in place, "grad of <input>") measured against eager and float64 on the
          same inputs (judge/measure.py's Measurement). `culprit`, on the first wrong call of a graph: the node
          a bisection over the graph's prefixes found ("node", "op", "ops", "src", "path", "code", "m",
@@ -195,7 +195,7 @@ class Header(TypedDict, total=False):
     exact: bool
     materialized: bool
     upcast: str | None  # "float64": a run recorded with every float op upcast (record/upcast.py)
-    judged: bool  # each compiled call judged on its own inputs (judge/): the trace holds check records
+    judged: bool  # each compiled call judged on its own inputs (record/judging/): the trace holds check records
     settings: dict[str, Any]
     rank: int
     world_size: int

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tracediff.judge.graph import differentiable_leaf
 from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
 from tracediff.op_names import op_name
+from tracediff.record.judging.graph import differentiable_leaf
 from tracediff.record.source import _node_info
 
 if TYPE_CHECKING:
-    from tracediff.judge.graph import JudgedGraph, RngState
+    from tracediff.record.judging.graph import JudgedGraph, RngState
 
 _COMPUTING = ("call_function", "call_method", "call_module")
 # aten ops that only re-describe memory: never the culprit while the value they show has a producer.
@@ -211,7 +211,7 @@ class _CutGradients:
 
     def __init__(self, gm: torch.fx.GraphModule, inputs: list[Any], rng: RngState,
                  tangents: list[torch.Tensor | None]) -> None:
-        from tracediff.judge.graph import outputs_of
+        from tracediff.record.judging.graph import outputs_of
 
         self.tapped = [i for i, a in enumerate(inputs)
                        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) and a.requires_grad]

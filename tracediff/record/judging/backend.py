@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from tracediff.judge.graph import CheckSink, JudgedGraph
-from tracediff.judge.prefix import PrefixSearch
+from tracediff.record.judging.graph import CheckSink, JudgedGraph
+from tracediff.record.judging.prefix import PrefixSearch
 
 
 def reference_graph(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
