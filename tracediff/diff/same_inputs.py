@@ -27,7 +27,7 @@ class WrongOutput:
     def to_json(self) -> dict[str, Any]:
         m = self.measurement
         return {"name": m.name, "dtype": m.dtype, "eager_dtype": m.eager_dtype, "shape": m.shape,
-                "why": self.judgement.why, "rel_diff": rel_diff(m)}
+                "why": self.judgement.why, "kind": self.judgement.kind, "rel_diff": rel_diff(m)}
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,18 @@ class WrongCall:
         within = f" (in {region[0]} call {region[1]})" if region else ""
         return f"call {self.check.get('call')} of {self.check.get('g')}{within}"
 
+    @property
+    def precision_only(self) -> bool:
+        """Every wrong output is the more precise one, grossly changed (judge/measure.py's "precision")."""
+        return all(o.judgement.kind == "precision" for o in self.outputs)
+
     def describe(self) -> str:
         worst = self.outputs[0]
+        advice = ("; the compiled result is the more precise one, yet the program's result changes with it "
+                  "(under inductor, `torch._inductor.config.emulate_precision_casts = True` rounds as eager does)"
+                  if self.precision_only else "")
         return (f"{self.where}, its {self.phase}, on its own inputs: "
-                f"{worst.measurement.name} {worst.judgement.why}")
+                f"{worst.measurement.name} {worst.judgement.why}{advice}")
 
     def to_json(self) -> dict[str, Any]:
         region = self.check.get("rc")
@@ -103,7 +111,7 @@ def rel_diff(m: Measurement) -> float | None:
     """How far the compiled output is from eager's, relative to the value's size (None: no number applies)."""
     if m.problem and not m.dist:
         return None
-    scale = m.scale or m.scale_max
+    scale = m.size or m.scale or m.scale_max
     return round(m.dist / scale, 6) if scale else None
 
 
@@ -115,8 +123,9 @@ def _wrong_outputs(check: dict[str, Any], config: Config) -> list[WrongOutput]:
         j = judge(m, tolerance)
         if j.wrong:
             wrong.append(WrongOutput(m, j))
-    # The worst first: a wrong dtype or NaN, then the largest distance from eager relative to the value.
-    return sorted(wrong, key=lambda o: (o.measurement.problem is None, -(rel_diff(o.measurement) or 0.0)))
+    # The worst first: a wrong dtype or NaN, then further from float64, then the largest distance from eager.
+    return sorted(wrong, key=lambda o: (o.measurement.problem is None, o.judgement.kind == "precision",
+                                        -(rel_diff(o.measurement) or 0.0)))
 
 
 def read_findings(checks: Sequence[dict[str, Any]], config: Config) -> SameInputFindings | None:

@@ -12,7 +12,13 @@ c is the compiled output, e eager's on the same inputs, r the float64 reference'
 roundoff (float32 2**-24, bfloat16 2**-8, float16 2**-11); M is 2, or 3 for 16-bit floats (as
 `torch._dynamo.utils.same` allows); F is 4 (a few roundings the compiled code may add where eager was exact
 by luck). The same test on the largest element-wise error (max instead of rms, with 4x the allowance) catches
-a few wrong elements in a large tensor, which an rms hides. A compiled output with NaN/Inf where eager's and
+a few wrong elements in a large tensor, which an rms hides.
+
+A compiled output closer to float64 than eager's is right, unless it changes the result grossly: beyond the
+tolerance and by more than 5% of the output's size (the larger rms of c and e), with its error from float64 at
+most half eager's. That is the compiled code computing in more precision than the program's dtype says (bf16
+math kept in float32, a bf16 constant kept exact) where the program's result hangs on it (a threshold, a
+cancellation): judged a changed result, `kind` "precision", since the program prints other numbers. A compiled output with NaN/Inf where eager's and
 float64's are finite is wrong; integer and bool outputs must equal eager's exactly; a dtype or shape that
 differs from eager's is wrong whatever the values.
 """
@@ -34,6 +40,9 @@ ERROR_MULTIPLE_16BIT = 3.0
 ROUNDINGS_ALLOWED = 4.0
 # The element-wise (max) test allows this many times the rms test's allowance.
 MAX_ALLOWANCE = 4.0
+# A change of more than this share of an output's size, where the compiled result is the more precise one,
+# is a changed result all the same (see the module's docstring).
+GROSS_CHANGE = 0.05
 
 _UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8,
                   torch.float16: 2.0 ** -11, torch.complex64: 2.0 ** -24, torch.complex128: 2.0 ** -53}
@@ -54,6 +63,7 @@ class Measurement:
     err_c: float = 0.0  # rms(c - r)
     err_e: float = 0.0  # rms(e - r)
     scale: float = 0.0  # rms(r)
+    size: float = 0.0  # max(rms(c), rms(e))
     dist_max: float = 0.0
     err_c_max: float = 0.0
     err_e_max: float = 0.0
@@ -74,6 +84,7 @@ class Measurement:
 class Judgement:
     wrong: bool
     why: str  # one line, with the numbers it was judged by
+    kind: str | None = None  # "wrong" (further from float64 than eager), "precision" (grossly changed, closer)
 
 
 def _rms(x: torch.Tensor) -> float:
@@ -125,6 +136,7 @@ def measure(name: str, compiled: Any, eager: Any, reference: Any) -> Measurement
                            problem=(f"{nonfinite} NaN/Inf element(s) where eager and float64 are finite"
                                     if nonfinite else None),
                            dist=_rms(dce), err_c=_rms(dcr), err_e=_rms(der), scale=_rms(absr),
+                           size=max(_rms(c.abs()), _rms(e.abs())),
                            dist_max=_max(dce), err_c_max=_max(dcr), err_e_max=_max(der), scale_max=_max(absr),
                            nonfinite=nonfinite)
 
@@ -142,7 +154,7 @@ def default_tolerance(dtype: str, device: str = "cpu") -> Tolerance:
 def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
     """Whether the compiled output is locally wrong, with the numbers that decided it."""
     if m.problem:
-        return Judgement(True, m.problem)
+        return Judgement(True, m.problem, "wrong")
     dtype = getattr(torch, m.dtype, None)
     u = _UNIT_ROUNDOFF.get(dtype, 2.0 ** -24) if isinstance(dtype, torch.dtype) else 0.0
     if not isinstance(dtype, torch.dtype) or not (dtype.is_floating_point or dtype.is_complex):
@@ -155,12 +167,18 @@ def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
     allowed_max = MAX_ALLOWANCE * (multiple * m.err_e_max + ROUNDINGS_ALLOWED * u * m.scale_max)
     max_wrong = beyond_tol_max and m.err_c_max > allowed_max
     if rms_wrong:
-        return Judgement(True, f"rms error from float64 {m.err_c:.3g} where eager's is {m.err_e:.3g} "
+        return Judgement(True, kind="wrong", why=f"rms error from float64 {m.err_c:.3g} where eager's is {m.err_e:.3g} "
                                f"(allowed {allowed:.3g}; {m.dist:.3g} from eager, scale {m.scale:.3g}, {tolerance})")
     if max_wrong:
-        return Judgement(True, f"largest error from float64 {m.err_c_max:.3g} where eager's is {m.err_e_max:.3g} "
+        return Judgement(True, kind="wrong", why=f"largest error from float64 {m.err_c_max:.3g} where eager's is {m.err_e_max:.3g} "
                                f"(allowed {allowed_max:.3g}; {m.dist_max:.3g} from eager, largest value "
                                f"{m.scale_max:.3g}, {tolerance})")
+    gross = m.dist > tolerance.atol + max(tolerance.rtol, GROSS_CHANGE) * m.size
+    if gross and 2 * m.err_c <= m.err_e:
+        return Judgement(True, kind="precision", why=(
+            f"changed by {m.dist:.3g} (rms) of a value of size {m.size:.3g}, closer to float64 than eager "
+            f"({m.err_c:.3g} against {m.err_e:.3g}): the compiled code keeps more precision than the program's "
+            f"dtype, and the result changes with it ({tolerance})"))
     if not beyond_tol and not beyond_tol_max:
         return Judgement(False, f"{m.dist:.3g} from eager (rms), within {tolerance}")
     return Judgement(False, f"{m.dist:.3g} from eager, but no further from float64 than eager "

@@ -106,6 +106,16 @@ class Float64Upcast(TorchDispatchMode):
                     self._program_dtype[t] = program
         return out
 
+    def widened(self, t: torch.Tensor) -> torch.Tensor:
+        """`t`'s values in float64 (complex128), known to this mode as a value the program holds in `t`'s dtype
+        (random draws from it are in that dtype). For arguments some ops check before any dispatch mode sees
+        them: a convolution under autograd wants its input and its float64 weight in one dtype."""
+        if t.dtype not in _WIDER:
+            return t.detach()
+        wide = t.detach().to(_WIDER[t.dtype])
+        self._program_dtype[wide] = t.dtype
+        return wide
+
     def _widened_cast(self, args: tuple, kwargs: dict) -> dict:
         """`_to_copy`'s keyword arguments with a narrowing floating cast of a floating tensor made wide instead."""
         source, dtype = args[0], kwargs.get("dtype")

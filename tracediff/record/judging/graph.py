@@ -111,6 +111,24 @@ def _is_float(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
 
 
+class Autocast:
+    """The autocast state a call ran under, to run its backward's references under it too: a graph compiled
+    inside the program's `torch.autocast` block holds no autocast nodes of its own, and `loss.backward()`
+    usually runs outside that block."""
+
+    def __init__(self) -> None:
+        devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+        self.states = [(device, torch.get_autocast_dtype(device)) for device in devices
+                       if torch.is_autocast_enabled(device)]
+
+    @contextlib.contextmanager
+    def restored(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for device, dtype in self.states:
+                stack.enter_context(torch.autocast(device, dtype=dtype))
+            yield
+
+
 def _equal(copy: torch.Tensor, original: torch.Tensor) -> bool:
     """Whether a copy still holds the original's values (NaN equal to NaN)."""
     with torch.no_grad():
@@ -136,10 +154,21 @@ def run_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], float64: bool = F
         return gm.forward(*inputs)
 
 
-def differentiable_leaf(t: torch.Tensor, float64: bool) -> torch.Tensor:
-    """A leaf holding `t`'s values to differentiate a reference by; widened for the float64 one."""
-    wide = torch.complex128 if t.is_complex() else torch.float64
-    return (t.detach().to(wide) if float64 else t.detach()).requires_grad_()
+def differentiable_leaf(t: torch.Tensor) -> torch.Tensor:
+    """A leaf holding `t`'s values to differentiate a reference by."""
+    return t.detach().requires_grad_()
+
+
+def differentiable_inputs(inputs: Sequence[Any], tapped: Sequence[int], upcast: Float64Upcast | None
+                          ) -> tuple[list[Any], dict[int, torch.Tensor]]:
+    """The inputs to differentiate a reference by, and the leaves among them (those `tapped`). For the float64
+    reference (`upcast`) every floating input is widened first: autograd checks the dtypes of some ops'
+    arguments (a convolution's input against its weight) before the mode could widen them, and wants a leaf's
+    gradient in the leaf's dtype."""
+    if upcast is not None:
+        inputs = [upcast.widened(a) if _is_float(a) else a for a in inputs]
+    leaves = {i: differentiable_leaf(inputs[i]) for i in tapped}
+    return [leaves.get(i, a) for i, a in enumerate(inputs)], leaves
 
 
 def outputs_of(result: Any) -> list[Any]:
@@ -156,6 +185,7 @@ class _BackwardCheck:
     tapped: list[int]  # inputs whose gradients the compiled backward computes
     rng: RngState
     where: tuple[str, int] | None  # the compiled region's call the forward ran in
+    autocast: Autocast
     tangents: list[torch.Tensor | None] | None = None  # gradients fed into the compiled backward, per output
     outputs: list[int] = field(default_factory=list)  # outputs, by position, that carry gradients
 
@@ -333,7 +363,7 @@ class JudgedGraph:
             return None
         kept = [_copy(a) if i in written else _same_values(a) for i, a in enumerate(inputs)]
         versions = {i: a._version for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in written}
-        return _BackwardCheck(call, kept, versions, tapped, rng, where)
+        return _BackwardCheck(call, kept, versions, tapped, rng, where, Autocast())
 
     def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any]) -> None:
         """Keep the gradients autograd feeds into the compiled backward, output by output."""
@@ -356,11 +386,10 @@ class JudgedGraph:
     def _reference_grads(self, check: _BackwardCheck, float64: bool) -> list[torch.Tensor | None]:
         assert check.tangents is not None
         inputs = [_copy(a) if i in (self.written or ()) else a for i, a in enumerate(check.inputs)]
-        # The engine wants a leaf's gradient in the leaf's dtype: float64 leaves for the float64 reference.
-        leaves = {i: differentiable_leaf(inputs[i], float64) for i in check.tapped}
-        inputs = [leaves.get(i, a) for i, a in enumerate(inputs)]
+        upcast = Float64Upcast(exact_casts=True) if float64 else None
+        inputs, leaves = differentiable_inputs(inputs, check.tapped, upcast)
         check.rng.restore()
-        with torch.enable_grad(), Float64Upcast(exact_casts=True) if float64 else contextlib.nullcontext():
+        with check.autocast.restored(), torch.enable_grad(), upcast or contextlib.nullcontext():
             outs = outputs_of(self.reference.forward(*inputs))
             pairs = [(outs[i], g) for i, g in zip(check.outputs, check.tangents)
                      if g is not None and isinstance(outs[i], torch.Tensor) and outs[i].requires_grad]
@@ -373,7 +402,7 @@ class JudgedGraph:
     @staticmethod
     def _backward_inputs(check: _BackwardCheck) -> list[Any]:
         """The forward's inputs, those the backward differentiates for as leaves that require gradients."""
-        return [differentiable_leaf(a, False) if i in check.tapped else a for i, a in enumerate(check.inputs)]
+        return [differentiable_leaf(a) if i in check.tapped else a for i, a in enumerate(check.inputs)]
 
     @staticmethod
     def _tangents_by_output(check: _BackwardCheck) -> list[torch.Tensor | None]:
@@ -401,7 +430,8 @@ class JudgedGraph:
                 culprit = None
                 if self.narrower is not None and "bw" not in self.narrowed and self._wrong(measured):
                     self.narrowed.add("bw")
-                    culprit = self._narrow(self._backward_inputs(check), check.rng, self._tangents_by_output(check))
+                    with check.autocast.restored():
+                        culprit = self._narrow(self._backward_inputs(check), check.rng, self._tangents_by_output(check))
                 self._write(check.call, "bw", measured, culprit, check.where)
         except Exception as e:  # noqa: BLE001 - tracediff's own failure: the backward goes on, unjudged
             self._write_unjudged(check.call, "bw", f"its reference gradients raised {type(e).__name__}: {_first_line(e)}",

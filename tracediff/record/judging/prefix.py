@@ -24,8 +24,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
 from tracediff.op_names import op_name
-from tracediff.record.judging.graph import differentiable_leaf
+from tracediff.record.judging.graph import differentiable_inputs, differentiable_leaf
 from tracediff.record.source import _node_info
+from tracediff.record.upcast import Float64Upcast
 
 if TYPE_CHECKING:
     from tracediff.record.judging.graph import JudgedGraph, RngState
@@ -137,7 +138,7 @@ class PrefixSearch:
                       grad_mode: bool, cut_grads: _CutGradients | None) -> bool:
         prefix = prefix_module(gm, k)
         examples = inputs if cut_grads is None else \
-            [differentiable_leaf(a, False) if i in cut_grads.tapped else a for i, a in enumerate(inputs)]
+            [differentiable_leaf(a) if i in cut_grads.tapped else a for i, a in enumerate(inputs)]
         # The backend gets a prefix of its own: it may rewrite what it is given (inductor's passes do).
         compiled = self._compile(prefix_module(gm, k), examples, grad_mode)
         fed = cut_grads.fed_at(prefix) if cut_grads is not None else None
@@ -145,13 +146,12 @@ class PrefixSearch:
         for run in ("float64", "eager", "compiled"):
             args = [a.detach().clone() if i in written and isinstance(a, torch.Tensor) else a
                     for i, a in enumerate(inputs)]
-            leaves = {}
+            upcast = _float64() if run == "float64" else None
+            leaves: dict[int, torch.Tensor] = {}
             if cut_grads is not None:
-                leaves = {i: differentiable_leaf(args[i], run == "float64") for i in cut_grads.tapped}
-                args = [leaves.get(i, a) for i, a in enumerate(args)]
+                args, leaves = differentiable_inputs(args, cut_grads.tapped, upcast)
             rng.restore()
-            upcast = _float64() if run == "float64" else contextlib.nullcontext()
-            with torch.set_grad_enabled(grad_mode), upcast:
+            with torch.set_grad_enabled(grad_mode), upcast or contextlib.nullcontext():
                 out = list(compiled(*args) if run == "compiled" else prefix.forward(*args))
                 if cut_grads is not None and fed is not None:
                     out = cut_grads.input_grads(fed, out, [leaves[i] for i in cut_grads.tapped])
@@ -200,9 +200,7 @@ class PrefixSearch:
         return culprit
 
 
-def _float64() -> contextlib.AbstractContextManager[Any]:
-    from tracediff.record.upcast import Float64Upcast
-
+def _float64() -> Float64Upcast:
     return Float64Upcast(exact_casts=True)
 
 
