@@ -83,8 +83,12 @@ def same_input_divergence(wrong: WrongCall) -> Divergence:
         searched = wrong.check.get("culprit") or {}
         if searched.get("note"):
             note += f"; the op inside it was not found ({searched['note']})"
-        site = Site(None, at, None, wrong.check.get("m"), None)
-        return Divergence(cause, site, rel_diff(worst), (), None, None, True, False, note, None, None, None)
+        # The call itself, at the program's line that made it.
+        called = wrong.check.get("site") or {}
+        site = Site(f"compiled call of {wrong.check.get('g')}", at, called.get("src"), wrong.check.get("m"),
+                    called.get("code"))
+        return Divergence(cause, site, rel_diff(worst), (), None, called.get("path"), True, False, note, None, None,
+                          None)
     site = Site(culprit["op"], at, culprit.get("src"), culprit.get("m"), culprit.get("code"))
     if culprit.get("note"):
         note += f"; {culprit['note']}"

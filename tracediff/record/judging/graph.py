@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -139,12 +139,38 @@ def _equal(copy: torch.Tensor, original: torch.Tensor) -> bool:
             return True
 
 
-def _copy(t: Any) -> Any:
-    return t.detach().clone() if isinstance(t, torch.Tensor) else t
+def copies(values: Sequence[Any], which: Iterable[int] | None = None) -> list[Any]:
+    """`values` with the tensors at `which` (None: all) copied, and every tensor sharing memory with one of them
+    copied along, on one copy of that memory: inputs that alias each other (`x` and `x[3:]`) still do, so a
+    write through one shows in the other as in the program. The other tensors as they are (detached)."""
+    chosen = set(range(len(values))) if which is None else set(which)
 
+    def key(t: torch.Tensor) -> int | None:
+        try:
+            pointer = t.untyped_storage().data_ptr()
+        except RuntimeError:  # no storage to share (a wrapper subclass)
+            return None
+        return pointer or None  # an empty storage shares nothing
 
-def _same_values(t: Any) -> Any:
-    return t.detach() if isinstance(t, torch.Tensor) else t
+    keys = {i: key(t) for i, t in enumerate(values) if isinstance(t, torch.Tensor)}
+    copied_keys = {keys[i] for i in chosen if keys.get(i) is not None}
+    storages: dict[int, torch.UntypedStorage] = {}
+    out = []
+    for i, t in enumerate(values):
+        if not isinstance(t, torch.Tensor):
+            out.append(t)
+            continue
+        k = keys[i]
+        if i not in chosen and (k is None or k not in copied_keys):
+            out.append(t.detach())
+        elif k is None:
+            out.append(t.detach().clone())
+        else:
+            if k not in storages:
+                storages[k] = t.untyped_storage().clone()
+            out.append(torch.empty(0, dtype=t.dtype, device=t.device).set_(
+                storages[k], t.storage_offset(), t.size(), t.stride()))
+    return out
 
 
 def run_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], float64: bool = False) -> Any:
@@ -242,17 +268,18 @@ class JudgedGraph:
         rng = RngState()
         try:
             with self._running():
-                out64, in64 = self._reference(inputs, float64=True)
+                out64, in64, without64 = self._float64_reference(inputs)
                 rng.restore()
                 out_e, in_e = self._reference(inputs, float64=False)
+                if without64:  # judged against eager alone: eager's output stands for float64's
+                    out64, in64 = out_e, in_e
         except Exception as e:  # noqa: BLE001 - tracediff's own failure: the program goes on, the call unjudged
             self._write_unjudged(call, "fw", f"its uncompiled graph raised {type(e).__name__}: {_first_line(e)}", where)
             return self.compiled(*args)
         finally:
             rng.restore()
         assert self.written is not None
-        pristine = [_copy(a) if i in self.written else a for i, a in enumerate(inputs)] \
-            if self.narrower is not None and "fw" not in self.narrowed else None
+        pristine = copies(inputs, self.written) if self.narrower is not None and "fw" not in self.narrowed else None
         check = self._backward_check(call, args, inputs, rng, where)
         call_args = list(args)
         if check is not None:
@@ -270,7 +297,7 @@ class JudgedGraph:
                 if pristine is not None and self._wrong(measured):
                     self.narrowed.add("fw")
                     culprit = self._narrow(pristine, rng, None)
-                self._write(call, "fw", measured, culprit, where)
+                self._write(call, "fw", measured, culprit, where, without64)
         except Exception as e:  # noqa: BLE001 - as above
             self._write_unjudged(call, "fw", f"comparing its outputs raised {type(e).__name__}: {_first_line(e)}", where)
         if check is not None:
@@ -289,11 +316,20 @@ class JudgedGraph:
         finally:
             self._active = False
 
+    def _float64_reference(self, inputs: Sequence[Any]) -> tuple[Any, list[Any], str | None]:
+        """The float64 reference, or why there is none: some graphs cannot run in float64 (one that runs autograd
+        inside, `torch.func.grad`, wants gradients in its leaves' dtype); the call is then judged against eager."""
+        try:
+            out, written = self._reference(inputs, float64=True)
+            return out, written, None
+        except Exception as e:  # noqa: BLE001 - the fallback is said in the check record
+            return None, [], f"the float64 reference raised {type(e).__name__}: {_first_line(e)}"
+
     def _reference(self, args: Sequence[Any], float64: bool) -> tuple[Any, list[Any]]:
         """The uncompiled graph on copies of what it writes; on its first call (nothing known yet) on copies of
         every tensor input, and the inputs it wrote are then known."""
         first = self.written is None
-        inputs = [_copy(a) if first or i in (self.written or ()) else _same_values(a) for i, a in enumerate(args)]
+        inputs = copies(args, None if first else self.written)
         versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
         with torch.no_grad():
             out = run_graph(self.reference, inputs, float64)
@@ -341,12 +377,16 @@ class JudgedGraph:
         self.sink.write_check(record)
 
     def _write(self, call: int, phase: str, measured: list[Measurement], culprit: dict[str, Any] | None,
-               where: tuple[str, int] | None) -> None:
+               where: tuple[str, int] | None, without64: str | None = None) -> None:
         record: dict[str, Any] = {"g": self.name, "call": call, "ph": phase, "outs": [m.as_record() for m in measured]}
+        if without64:  # judged against eager alone
+            record["no64"] = without64
         if where is not None:  # the compiled region's call this graph ran in: the step, in a training loop
             record["rc"] = list(where)
         if culprit:
             record["culprit"] = culprit
+            if not culprit.get("op") and self.site is not None:  # not narrowed: the line that made the call
+                record["site"] = {"src": self.site.short, "path": self.site.path, "code": self.site.code}
         self.sink.write_check(record)
 
     # -- the backward --------------------------------------------------------------------------------------
@@ -361,7 +401,7 @@ class JudgedGraph:
         tapped = [i for i, a in enumerate(args) if _is_float(a) and a.requires_grad and i not in written]
         if not tapped:
             return None
-        kept = [_copy(a) if i in written else _same_values(a) for i, a in enumerate(inputs)]
+        kept = copies(inputs, written)
         versions = {i: a._version for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in written}
         return _BackwardCheck(call, kept, versions, tapped, rng, where, Autocast())
 
@@ -385,7 +425,7 @@ class JudgedGraph:
 
     def _reference_grads(self, check: _BackwardCheck, float64: bool) -> list[torch.Tensor | None]:
         assert check.tangents is not None
-        inputs = [_copy(a) if i in (self.written or ()) else a for i, a in enumerate(check.inputs)]
+        inputs = copies(check.inputs, self.written or ())
         upcast = Float64Upcast(exact_casts=True) if float64 else None
         inputs, leaves = differentiable_inputs(inputs, check.tapped, upcast)
         check.rng.restore()

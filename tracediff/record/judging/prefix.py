@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
 from tracediff.op_names import op_name
-from tracediff.record.judging.graph import differentiable_inputs, differentiable_leaf
+from tracediff.record.judging.graph import copies, differentiable_inputs, differentiable_leaf
 from tracediff.record.source import _node_info
 from tracediff.record.upcast import Float64Upcast
 
@@ -142,20 +142,27 @@ class PrefixSearch:
         # The backend gets a prefix of its own: it may rewrite what it is given (inductor's passes do).
         compiled = self._compile(prefix_module(gm, k), examples, grad_mode)
         fed = cut_grads.fed_at(prefix) if cut_grads is not None else None
-        results = []
+        results: list[tuple[list[Any], list[Any]]] = []
         for run in ("float64", "eager", "compiled"):
-            args = [a.detach().clone() if i in written and isinstance(a, torch.Tensor) else a
-                    for i, a in enumerate(inputs)]
+            args = copies(inputs, written)
             upcast = _float64() if run == "float64" else None
             leaves: dict[int, torch.Tensor] = {}
             if cut_grads is not None:
                 args, leaves = differentiable_inputs(args, cut_grads.tapped, upcast)
             rng.restore()
-            with torch.set_grad_enabled(grad_mode), upcast or contextlib.nullcontext():
-                out = list(compiled(*args) if run == "compiled" else prefix.forward(*args))
-                if cut_grads is not None and fed is not None:
-                    out = cut_grads.input_grads(fed, out, [leaves[i] for i in cut_grads.tapped])
+            try:
+                with torch.set_grad_enabled(grad_mode), upcast or contextlib.nullcontext():
+                    out = list(compiled(*args) if run == "compiled" else prefix.forward(*args))
+                    if cut_grads is not None and fed is not None:
+                        out = cut_grads.input_grads(fed, out, [leaves[i] for i in cut_grads.tapped])
+            except Exception:
+                if run != "float64":
+                    raise
+                results.append(([], []))  # no float64 reference for this prefix: judged against eager
+                continue
             results.append((out, [args[i] for i in written]))
+        if not results[0][0] and results[1][0]:
+            results[0] = results[1]
         (r_out, r_in), (e_out, e_in), (c_out, c_in) = results
         measured: list[Measurement | None] = [measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_out, e_out, r_out))]
         measured += [measure(f"w{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_in, e_in, r_in))]
@@ -170,14 +177,14 @@ class PrefixSearch:
     def _describe(self, graph: JudgedGraph, node: torch.fx.Node, inputs: list[Any], steps: int,
                   last: bool) -> dict[str, Any]:
         gm = graph.reference
-        ops = _node_ops(gm, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in inputs], node)
+        ops = _node_ops(gm, copies(inputs), node)
         # A view or copy shows a value its producer made: blame the producer.
         while ops and all(op.split(".")[0] in _LAYOUT_OPS for op in ops):
             producers = [a for a in node.all_input_nodes if a.op in _COMPUTING]
             if not producers:
                 break
             node = producers[0]
-            ops = _node_ops(gm, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in inputs], node)
+            ops = _node_ops(gm, copies(inputs), node)
         info = _node_info(node, type(gm).__name__)
         root = self.region_root()
         module = ".".join(p for p in (root, info.module) if p) or None
