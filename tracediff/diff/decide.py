@@ -16,7 +16,7 @@ from tracediff.config import Config
 from tracediff.diff.compare import TensorDiff
 from tracediff.diff.engine import header_differences, program_differences
 from tracediff.diff.place import draws_random
-from tracediff.diff.same_inputs import SameInputFindings, WrongCall, read_findings, rel_diff
+from tracediff.diff.same_inputs import SameInputFindings, WrongCall, read_findings, reference_index, rel_diff
 from tracediff.diff.verdict import DiffResult
 from tracediff.diff.verdict import Divergence as Found
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, packet
@@ -71,13 +71,12 @@ def divergence(d: Found) -> Divergence:
                       Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None)
 
 
-def same_input_divergence(wrong: WrongCall) -> Divergence:
+def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Divergence:
     """The first divergence where a compiled call was wrong on its own inputs: the op the prefix search found
     (pinned on the same inputs), or the call alone where it could not narrow."""
     worst = wrong.outputs[0].measurement
     cause = Cause.NAN if worst.nonfinite else Cause.OUTPUT
     culprit = wrong.culprit
-    at = wrong.check.get("at")
     note = wrong.describe()
     if culprit is None:
         searched = wrong.check.get("culprit") or {}
@@ -85,11 +84,12 @@ def same_input_divergence(wrong: WrongCall) -> Divergence:
             note += f"; the op inside it was not found ({searched['note']})"
         # The call itself, at the program's line that made it.
         called = wrong.check.get("site") or {}
-        site = Site(f"compiled call of {wrong.check.get('g')}", at, called.get("src"), wrong.check.get("m"),
+        site = Site(f"compiled call of {wrong.check.get('g')}", None, called.get("src"), wrong.check.get("m"),
                     called.get("code"))
         return Divergence(cause, site, rel_diff(worst), (), None, called.get("path"), True, False, note, None, None,
                           None)
-    site = Site(culprit["op"], at, culprit.get("src"), culprit.get("m"), culprit.get("code"))
+    index = reference_index(trace_a, wrong) if trace_a else None
+    site = Site(culprit["op"], index, culprit.get("src"), culprit.get("m"), culprit.get("code"))
     if culprit.get("note"):
         note += f"; {culprit['note']}"
     if wrong.phase != "forward":
@@ -140,7 +140,7 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     first = result.first
     verdict = Verdict.FAILED if failed else Verdict.DIVERGED if first is not None else Verdict.MATCH
     # B judged on its own inputs: its checks decide; the trace rules' finding is drift where every call was right.
-    findings = None if determinism_check else read_findings(result.b.checks, config)
+    findings = None if determinism_check or not config.same_inputs else read_findings(result.b.checks, config)
     drift = None
     if findings is not None and findings.judged:
         if findings.first_wrong is None and first is not None:
@@ -197,7 +197,7 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
                            max_above_noise_passed=round(result.closest_to_noise, 3))
     first_divergence = divergence(first) if first else None
     if findings is not None and findings.judged and findings.first_wrong is not None:
-        first_divergence = same_input_divergence(findings.first_wrong)
+        first_divergence = same_input_divergence(findings.first_wrong, str(traces[0]) if traces else None)
     return Outcome(verdict, tuple(str(t) for t in traces), first_divergence, (run_a, run_b),
                    tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),
                    tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},

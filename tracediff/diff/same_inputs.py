@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
+from tracediff.errors import TraceFormatError
 from tracediff.judge.measure import Judgement, Measurement, judge
+from tracediff.op_names import packet
+from tracediff.trace.reader import Trace
+from tracediff.trace.schema import OP, REGION
 
 _PHASES = {"fw": "forward", "bw": "compiled backward"}
 
@@ -147,3 +152,37 @@ def read_findings(checks: Sequence[dict[str, Any]], config: Config) -> SameInput
         backward_calls=sum(1 for c in judged if c.get("ph") == "bw"),
         graphs=len({c.get("g") for c in judged}), wrong_calls=wrong_calls, first_wrong=first,
         unjudged=len(unjudged), unjudged_reason=str(unjudged[0]["unjudged"]) if unjudged else None)
+
+
+def reference_index(trace_a: str | Path, wrong: WrongCall) -> int | None:
+    """The record of trace A (the eager run) that computes what the wrong call's culprit computes: its op at its
+    line in the same call of the compiled region (the same step), or failing that the first op at that line; a
+    backward culprit's op is A's backward record at that line. None where A has none (or cannot be read)."""
+    culprit = wrong.culprit
+    if culprit is None or not culprit.get("src"):
+        return None
+    region = wrong.check.get("rc")
+    backward = wrong.check.get("ph") == "bw"
+    family = packet(str(culprit.get("op")))
+    calls: list[tuple[str, int]] = []
+    best: tuple[int, int] | None = None  # (rank, index): lower rank is the better match
+    try:
+        for record in Trace(trace_a):
+            kind = record.get("t")
+            if kind == REGION:
+                if record.get("ev") == "enter":
+                    calls.append((record.get("name"), record.get("call")))
+                elif calls:
+                    calls.pop()
+                continue
+            if kind != OP or record.get("src") != culprit["src"]:
+                continue
+            in_call = region is not None and (tuple(region) in calls or (backward and bool(record.get("bw"))))
+            rank = (0 if in_call else 2) + (0 if packet(str(record.get("op"))) == family else 1)
+            if best is None or rank < best[0]:
+                best = (rank, int(record["i"]))
+                if rank == 0:
+                    break
+    except (OSError, TraceFormatError):
+        return None
+    return best[1] if best else None

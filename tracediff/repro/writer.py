@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -87,14 +88,24 @@ def load_divergence(paths: list[str], config: Config) -> Recorded:
         if report.get("verdict") not in {v.value for v in Verdict}:
             raise UserError(f"{report_path}: not a tracediff report (no verdict)")
         trace_a, trace_b = (_beside(Path(t), run_dir) for t in traces)
-        return Recorded(Outcome.from_json(report), trace_a, trace_b, run_dir)
+        outcome = Outcome.from_json(report)
+        if outcome.same_inputs is not None:
+            # A verdict of calls judged on their inputs names no op of trace A to replay: the traces' own rules do.
+            outcome = _by_trace_rules(trace_a, trace_b, config)
+        return Recorded(outcome, trace_a, trace_b, run_dir)
     if len(paths) == 2:
-        from tracediff.diff.decide import decide
-        from tracediff.diff.engine import diff_traces
-
-        outcome = decide(diff_traces(paths[0], paths[1], config), paths, config)
-        return Recorded(outcome, Path(paths[0]), Path(paths[1]), None)
+        return Recorded(_by_trace_rules(Path(paths[0]), Path(paths[1]), config), Path(paths[0]), Path(paths[1]), None)
     raise UserError("tracediff repro takes a run directory or two traces (reference first)")
+
+
+def _by_trace_rules(trace_a: Path, trace_b: Path, config: Config) -> Outcome:
+    """The traces' first divergence by their own rules (an op of A, which a repro replays), whatever checks of
+    calls judged on their inputs trace B holds."""
+    from tracediff.diff.decide import decide
+    from tracediff.diff.engine import diff_traces
+
+    trace_only = dataclasses.replace(config, same_inputs=False)
+    return decide(diff_traces(trace_a, trace_b, trace_only), [str(trace_a), str(trace_b)], trace_only)
 
 
 def _beside(trace: Path, run_dir: Path) -> Path:

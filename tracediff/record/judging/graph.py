@@ -415,8 +415,9 @@ class JudgedGraph:
         check.tangents = tangents
 
         def keeper(position: int) -> Callable[[torch.Tensor], None]:
-            def keep(grad: torch.Tensor) -> None:
-                tangents[position] = grad.detach()
+            def keep(grad: torch.Tensor | None) -> None:
+                # None: an undefined gradient (the output unused), fed into the backward as zeros.
+                tangents[position] = grad.detach() if isinstance(grad, torch.Tensor) else None
             return keep
 
         # One hook per output: a multi-grad hook never fires for the root of a backward (`loss.backward()`).
