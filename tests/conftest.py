@@ -13,6 +13,9 @@ from click.testing import CliRunner
 from tracediff.cli import cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# `tracediff run` without the same-input judge: the verdict of the traces' own rules (alignment, kernels,
+# narrowing, calibration), as `tracediff diff` of two recordings gives it. Tests of those rules pass it.
+TRACES_ONLY = "--no-same-inputs"
 
 
 def marker_line(fixture: str, marker: str) -> int:

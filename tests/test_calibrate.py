@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import FIXTURES, invoke, marker_line
+from tests.conftest import FIXTURES, TRACES_ONLY, invoke, marker_line
 from tests.synth import TraceBuilder
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints
@@ -86,7 +86,7 @@ def offset_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """offset_layernorm under aot_eager_decomp_partition, calibrated (3 recorded runs)."""
     out = tmp_path_factory.mktemp("offset")
     result = invoke("run", str(FIXTURES / "offset_layernorm.py"), "--backends", "eager,aot_eager_decomp_partition",
-                    "--calibrate", "--out-dir", str(out), "--format", "json")
+                    "--calibrate", "--out-dir", str(out), "--format", "json", TRACES_ONLY)
     return result.report, out
 
 
@@ -105,7 +105,8 @@ def test_calibration_removes_the_false_alarm_of_a_legitimate_reordering(offset_r
 
 
 def test_calibration_keeps_the_planted_fault(run_fixture) -> None:
-    result = run_fixture("wrong_decomposition.py", "eager,wrong_decomposition:wrong_cos_backend", "--calibrate")
+    result = run_fixture("wrong_decomposition.py", "eager,wrong_decomposition:wrong_cos_backend", "--calibrate",
+                         TRACES_ONLY)
     first = result.report["first_divergence"]
     assert result.exit_code == 1
     assert first["source"] == f"wrong_decomposition.py:{marker_line('wrong_decomposition.py', 'divergent line')}"
@@ -114,11 +115,11 @@ def test_calibration_keeps_the_planted_fault(run_fixture) -> None:
 
 @pytest.mark.slow
 def test_calibration_keeps_the_fused_fault_and_removes_inductors_false_alarm(run_fixture) -> None:
-    fused = run_fixture("perturbed_fusion.py", "eager,inductor", "--calibrate").report
+    fused = run_fixture("perturbed_fusion.py", "eager,inductor", "--calibrate", TRACES_ONLY).report
     assert fused["verdict"] == "diverged" and fused["first_divergence"]["op"] == "aten::cos"
     assert fused["first_divergence"]["source"] == f"perturbed_fusion.py:{marker_line('perturbed_fusion.py', 'divergent line')}"
     assert fused["first_divergence"]["tensor"]["above_noise"] > 1e4
-    offset = run_fixture("offset_layernorm.py", "eager,inductor", "--calibrate").report
+    offset = run_fixture("offset_layernorm.py", "eager,inductor", "--calibrate", TRACES_ONLY).report
     assert offset["verdict"] == "match" and offset["calibration"]["passed_by_noise"] > 0
     assert invoke("diff", *offset["traces"]).exit_code == 1  # the default tolerance alone: a false alarm
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import FIXTURES, invoke, marker_line
+from tests.conftest import FIXTURES, TRACES_ONLY, invoke, marker_line
 from tracediff.record.kernels import (
     _triton_arg_names,
     build_graph_kernels,
@@ -104,7 +104,7 @@ BACKENDS = "eager,inductor"
 
 @pytest.mark.slow
 def test_perturbed_op_inside_a_fused_kernel_is_pinned(run_fixture) -> None:
-    result = run_fixture("perturbed_fusion.py", BACKENDS)
+    result = run_fixture("perturbed_fusion.py", BACKENDS, TRACES_ONLY)
     report = result.report
     assert result.exit_code == 1 and report["verdict"] == "diverged"
     first = report["first_divergence"]
@@ -121,7 +121,7 @@ def test_perturbed_op_inside_a_fused_kernel_is_pinned(run_fixture) -> None:
 
 @pytest.mark.slow
 def test_without_narrowing_the_kernel_ops_are_the_candidates(run_fixture) -> None:
-    result = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow")
+    result = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow", TRACES_ONLY)
     first = result.report["first_divergence"]
     assert result.exit_code == 1
     ops = [c["op"] for c in first["candidates"]]
@@ -143,7 +143,7 @@ def test_a_fault_in_a_compiled_backward_is_named_at_its_forward_line(run_fixture
     carry their fused ops and lines too, and the kernel that computes one piece of `tanh_backward`'s
     decomposition is compared as A's op's value, not input by input (before: kernels without lines, an
     11-op candidate list on a training step; then "a program input differs" for a decomposed kernel)."""
-    result = run_fixture("backward_fault.py", BACKENDS)
+    result = run_fixture("backward_fault.py", BACKENDS, TRACES_ONLY)
     report = result.report
     assert result.exit_code == 1 and report["verdict"] == "diverged"
     first = report["first_divergence"]
@@ -165,7 +165,7 @@ def test_a_fault_in_a_compiled_backward_is_named_at_its_forward_line(run_fixture
 
 @pytest.mark.slow
 def test_kernel_records_show_with_the_ops_they_fuse(run_fixture) -> None:
-    report = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow").report
+    report = run_fixture("perturbed_fusion.py", BACKENDS, "--no-narrow", TRACES_ONLY).report
     shown = invoke("show", report["traces"][1])
     kernel_lines = [line for line in shown.stdout.splitlines() if " kernel cpp_fused_" in line]
     assert kernel_lines, shown.stdout

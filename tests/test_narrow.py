@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import marker_line
+from tests.conftest import TRACES_ONLY, marker_line
 from tests.synth import TraceBuilder
 from tracediff.diff.fusion import PRECISION, UNKNOWN, WRONG_RESULT, judge
 from tracediff.outcome import Outcome
@@ -268,13 +268,13 @@ def _assert_pinned_at_marker(result, fixture: str, op: str) -> dict:
 
 @pytest.mark.slow
 def test_a_custom_backend_around_compile_fx_narrows_to_the_perturbed_op(run_fixture) -> None:
-    result = run_fixture("perturbed_fusion.py", "eager,compile_fx_backend:my_backend")
+    result = run_fixture("perturbed_fusion.py", "eager,compile_fx_backend:my_backend", TRACES_ONLY)
     _assert_pinned_at_marker(result, "perturbed_fusion.py", "aten::cos")
 
 
 @pytest.mark.slow
 def test_a_perturbed_node_of_a_decomposed_layer_norm_is_pinned_to_the_layer_norm(run_fixture) -> None:
-    result = run_fixture("perturbed_layernorm.py", "eager,inductor")
+    result = run_fixture("perturbed_layernorm.py", "eager,inductor", TRACES_ONLY)
     first = _assert_pinned_at_marker(result, "perturbed_layernorm.py", "aten::native_layer_norm")
     narrowing = first["narrowing"]
     # The fused kernel held the views around the layer norm; with one kernel per op, the kernel
@@ -286,7 +286,7 @@ def test_a_perturbed_node_of_a_decomposed_layer_norm_is_pinned_to_the_layer_norm
 
 @pytest.mark.slow
 def test_a_difference_only_fusion_makes_is_told_precision(run_fixture) -> None:
-    result = run_fixture("fused_bf16_cancellation.py", "eager,inductor")
+    result = run_fixture("fused_bf16_cancellation.py", "eager,inductor", TRACES_ONLY)
     first = result.report["first_divergence"]
     narrowing = first["narrowing"]
     assert result.exit_code == 1
@@ -301,7 +301,7 @@ def test_a_difference_only_fusion_makes_is_told_precision(run_fixture) -> None:
 @pytest.mark.slow
 def test_a_fault_only_in_fused_code_is_told_a_wrong_result(run_fixture) -> None:
     # --calibrate: its float64 run of the reference is the one judged against (no second one).
-    result = run_fixture("wrong_only_when_fused.py", "eager,inductor", "--calibrate")
+    result = run_fixture("wrong_only_when_fused.py", "eager,inductor", "--calibrate", TRACES_ONLY)
     report = result.report
     narrowing = report["first_divergence"]["narrowing"]
     assert result.exit_code == 1

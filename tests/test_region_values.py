@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import marker_line
+from tests.conftest import TRACES_ONLY, marker_line
 
 LAST_OP = "last_op_fault.py"
 VIEW_WRITE = "view_index_put.py"
@@ -27,7 +27,7 @@ def _assert_last_op_named(report: dict, b_op: str) -> None:
 
 
 def test_a_pass_on_the_last_op_of_an_aot_graph_is_named(run_fixture) -> None:
-    result = run_fixture(LAST_OP, "eager,fault_last_op:perturb_last_backend")
+    result = run_fixture(LAST_OP, "eager,fault_last_op:perturb_last_backend", TRACES_ONLY)
     assert result.exit_code == 1, result.stderr
     _assert_last_op_named(result.report, "aten::mul.Tensor")
     assert result.report["first_divergence"]["b"]["op"] == "aten::mul.Tensor"
@@ -44,7 +44,7 @@ def _assert_view_write_named(report: dict) -> None:
 def test_a_faulty_write_through_a_view_is_named_under_an_aot_backend(run_fixture) -> None:
     """aot_eager runs index_put_ as its own op: the values it writes agree when A's mul makes them,
     and B's extra mul changes them before index_put_ reads them."""
-    result = run_fixture(VIEW_WRITE, "eager,fault_index_put:perturb_index_put_backend")
+    result = run_fixture(VIEW_WRITE, "eager,fault_index_put:perturb_index_put_backend", TRACES_ONLY)
     assert result.exit_code == 1, result.stderr
     first = result.report["first_divergence"]
     assert first["source"] == f"{VIEW_WRITE}:{marker_line(VIEW_WRITE, 'divergent line')}"
@@ -54,7 +54,7 @@ def test_a_faulty_write_through_a_view_is_named_under_an_aot_backend(run_fixture
 
 @pytest.mark.slow
 def test_a_faulty_write_through_a_view_fused_by_inductor_is_named(run_fixture) -> None:
-    result = run_fixture(VIEW_WRITE, "eager,inductor", "--no-narrow")
+    result = run_fixture(VIEW_WRITE, "eager,inductor", "--no-narrow", TRACES_ONLY)
     assert result.exit_code == 1, result.stderr
     _assert_view_write_named(result.report)
     assert "aten::index_put_" in [c["op"] for c in result.report["first_divergence"]["candidates"]]

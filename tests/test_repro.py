@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import Result, invoke, marker_line
+from tests.conftest import TRACES_ONLY, Result, invoke, marker_line
 from tracediff.errors import UserError
 from tracediff.record.capture import ArgumentCapture, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script, render_value
@@ -157,6 +157,6 @@ def test_repro_of_an_inductor_decomposition_fault(run_fixture, tmp_path: Path) -
 @pytest.mark.slow
 def test_repro_of_a_perturbed_pass_inside_a_fused_kernel(run_fixture, tmp_path: Path) -> None:
     # --no-narrow: the divergence stops at the fused kernel, so all its ops are replayed together.
-    run = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow")
+    run = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow", TRACES_ONLY)
     assert len(run.report["first_divergence"]["candidates"]) > 1
     _check_repro(run, tmp_path, "perturbed_fusion.py", "aten.cos.default")

@@ -56,3 +56,26 @@ def test_trace_rules_alone_still_answer_with_no_same_inputs(run_fixture: Callabl
     report = run_fixture("optimizer_fault.py", "eager,inductor", "--no-same-inputs").report
     assert "same_inputs" not in report
     assert report["verdict"] == "diverged"  # the traces differ after the first step
+
+
+@pytest.mark.parametrize(("fixture", "marker"), [
+    ("perturbed_fusion.py", "divergent line"),  # cos scaled inside a fused kernel
+    ("perturbed_layernorm.py", "divergent line"),  # a node of the decomposed layer norm
+    ("wrong_only_when_fused.py", "fused line"),  # wrong only while inductor may fuse
+    ("view_index_put.py", "divergent line"),  # a write through a view of the returned tensor
+    ("last_op_fault.py", "divergent line"),  # the graph's last op
+    ("inductor_wrong_decomposition.py", "divergent line"),  # cos decomposed as sin
+])
+def test_a_planted_fault_is_named_at_its_line_on_its_own_inputs(run_fixture: Callable[..., Result], fixture: str,
+                                                                 marker: str) -> None:
+    report = run_fixture(fixture, "eager,inductor").report
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged" and first["pinned_by"] == "same_inputs", first
+    assert first["source"] == f"{fixture}:{marker_line(fixture, marker)}", first
+
+
+def test_a_legitimate_reordering_the_trace_rules_call_a_divergence_matches(run_fixture: Callable[..., Result]) -> None:
+    """offset_layernorm: every layer norm cancels catastrophically in float32, and inductor's reordered reduction
+    is 6e-4 off eager's; the trace rules need --calibrate to pass it, the same-input judge does not."""
+    report = run_fixture("offset_layernorm.py", "eager,inductor").report
+    assert report["verdict"] == "match" and report["same_inputs"]["wrong_calls"] == 0, report["first_divergence"]

@@ -188,6 +188,9 @@ class Divergence:
     # (made on that rank) or "collective" (a collective's result, made elsewhere).
     rank: int | None = None
     entered: str | None = None
+    # A same-input verdict (diff/same_inputs.py): the call's worst output, {"output", "dtype", "kind", "why"};
+    # kind "wrong" (further from float64 than eager) or "precision" (the more precise, grossly changed).
+    judged: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.cause.kind, "op": self.site.op, "index": self.site.index, "source": self.site.source,
@@ -201,6 +204,8 @@ class Divergence:
             out["narrowing"] = self.narrowing
         if self.rank is not None:
             out.update(rank=self.rank, entered=self.entered)
+        if self.judged is not None:
+            out["judged"] = self.judged
         return out
 
     @classmethod
@@ -211,7 +216,7 @@ class Divergence:
                    Site.from_json(d["observed"]) if d.get("observed") else None,
                    Site.from_json(d["b"]) if d.get("b") else None,
                    TensorEvidence.from_json(d["tensor"]) if d.get("tensor") else None, d.get("narrowing"),
-                   d.get("rank"), d.get("entered"))
+                   d.get("rank"), d.get("entered"), d.get("judged"))
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
     (pinned on the same inputs), or the call alone where it could not narrow."""
     worst = wrong.outputs[0].measurement
     cause = Cause.NAN if worst.nonfinite else Cause.OUTPUT
+    judged = {"output": worst.name, "dtype": worst.dtype, "kind": wrong.outputs[0].judgement.kind,
+              "why": wrong.outputs[0].judgement.why}
     culprit = wrong.culprit
     note = wrong.describe()
     if culprit is None:
@@ -87,7 +89,7 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
         site = Site(f"compiled call of {wrong.check.get('g')}", None, called.get("src"), wrong.check.get("m"),
                     called.get("code"))
         return Divergence(cause, site, rel_diff(worst), (), None, called.get("path"), True, False, note, None, None,
-                          None)
+                          None, judged=judged)
     index = reference_index(trace_a, wrong) if trace_a else None
     site = Site(culprit["op"], index, culprit.get("src"), culprit.get("m"), culprit.get("code"))
     if culprit.get("note"):
@@ -95,7 +97,7 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
     if wrong.phase != "forward":
         note += f"; the op's backward, as the compiled backward computes it ({culprit['op']} is its forward op)"
     return Divergence(cause, site, rel_diff(worst), (site,), "same_inputs", culprit.get("path"), True, False, note,
-                      None, None, None)
+                      None, None, None, judged=judged)
 
 
 def _drift(found: Found) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def reference_index(trace_a: str | Path, wrong: WrongCall) -> int | None:
             kind = record.get("t")
             if kind == REGION:
                 if record.get("ev") == "enter":
-                    calls.append((record.get("name"), record.get("call")))
+                    calls.append((str(record.get("name")), int(record.get("call") or 0)))
                 elif calls:
                     calls.pop()
                 continue

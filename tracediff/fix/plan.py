@@ -51,11 +51,16 @@ def module_chain(module: str | None) -> list[str]:
     return [".".join(names[:k]) for k in range(len(names), 1, -1)]
 
 
+def _half_precision(first: Divergence) -> bool:
+    """The values that differ are half precision (the trace rules' tensor, or the judged call's output)."""
+    tensor, judged = first.tensor, first.judged or {}
+    return (tensor is not None and tensor.dtype in _HALF) or judged.get("dtype") in _HALF
+
+
 def _rounding_suspected(first: Divergence) -> bool:
-    """Half-precision values, or narrowing found fusion changing the rounding."""
-    tensor = first.tensor
+    """Half-precision values, or narrowing (or the same-input judge) found compiled code rounding otherwise."""
     effect = (first.narrowing or {}).get("fusion_effect")
-    return (tensor is not None and tensor.dtype in _HALF) or effect == "precision"
+    return _half_precision(first) or effect == "precision" or (first.judged or {}).get("kind") == "precision"
 
 
 def plan(first: Divergence, backend: str, customizations: dict[str, list[str]], on_cuda: bool,
@@ -77,7 +82,7 @@ def plan(first: Divergence, backend: str, customizations: dict[str, list[str]], 
         if on_cuda and any(parts(op)[1] in _MATMULS for op in ops):
             changes.append(Change(MATMUL_PRECISION))
     modules = module_chain(first.site.module)
-    if modules and first.tensor is not None and first.tensor.dtype in _HALF:  # autocast's, most often
+    if modules and _half_precision(first):  # autocast's, most often
         changes.append(Change(FLOAT32_MODULE, modules[0]))
     if inductor:
         changes += [Change(FALLBACK, op) for op in ops[:MAX_FALLBACKS] if parts(op)[0] == "aten"]

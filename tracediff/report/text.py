@@ -223,8 +223,8 @@ def _tol(report: dict[str, Any], dtype: str) -> str:
 
 
 _PINNED = {
-    "same_inputs": "pinned on the same inputs: re-run on this call's very inputs, the compiled code is further from "
-                   "float64 than eager, and a search over the graph's prefixes ends at this op",
+    "same_inputs": "pinned on the same inputs: this call, re-run on its very inputs uncompiled and in float64, shows "
+                   "the compiled code's own difference, and a search over the graph's prefixes ends at this op",
     "value": "pinned by value: this op's own inputs agree between the runs and its outputs do not",
     "position": "pinned by position: no other op stands between values that agree and the difference",
     None: "not pinned: the difference comes from one of the candidates",

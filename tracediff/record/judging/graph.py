@@ -331,8 +331,9 @@ class JudgedGraph:
         first = self.written is None
         inputs = copies(args, None if first else self.written)
         versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
-        with torch.no_grad():
-            out = run_graph(self.reference, inputs, float64)
+        # In the call's own grad mode (a graph may differentiate inside, `torch.func.grad`): its inputs are
+        # detached, so no autograd graph is built for the program's values.
+        out = run_graph(self.reference, inputs, float64)
         if first:
             # A version counter tells most writes; not all (batch_norm writes its running statistics without
             # bumping theirs), so a changed value tells too.
