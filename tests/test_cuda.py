@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import marker_line
+from tests.conftest import TRACES_ONLY, marker_line
 
 pytestmark = [
     pytest.mark.cuda,
@@ -29,7 +29,7 @@ def test_wrong_decomposition_on_cuda(run_fixture) -> None:
 
 
 def test_perturbed_fusion_on_cuda_is_pinned(run_fixture) -> None:
-    result = run_fixture("perturbed_fusion.py", "eager,inductor", *ON_GPU)
+    result = run_fixture("perturbed_fusion.py", "eager,inductor", TRACES_ONLY, *ON_GPU)
     first = result.report["first_divergence"]
     assert result.exit_code == 1, result.stdout
     assert first["op"] == "aten::cos"
@@ -37,10 +37,18 @@ def test_perturbed_fusion_on_cuda_is_pinned(run_fixture) -> None:
     assert first["narrowing"]["result"] == "pinned"
 
 
+def test_perturbed_fusion_on_cuda_is_named_on_its_own_inputs(run_fixture) -> None:
+    result = run_fixture("perturbed_fusion.py", "eager,inductor", *ON_GPU)
+    first = result.report["first_divergence"]
+    assert result.exit_code == 1, result.stdout
+    assert (first["op"], first["pinned_by"]) == ("aten::cos", "same_inputs")
+    assert first["source"] == f"perturbed_fusion.py:{marker_line('perturbed_fusion.py', 'divergent line')}"
+
+
 def test_triton_kernels_are_recorded_with_fused_ops(run_fixture) -> None:
     from tests.conftest import invoke
 
-    report = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow", *ON_GPU).report
+    report = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow", TRACES_ONLY, *ON_GPU).report
     first = report["first_divergence"]
     assert {"aten::sin", "aten::cos"} <= {c["op"] for c in first["candidates"]}
     assert first["b"]["op"].startswith("triton_")
@@ -63,7 +71,7 @@ def test_repro_of_a_fused_triton_kernel_reproduces_on_cuda(run_fixture, tmp_path
 
     from tests.conftest import invoke
 
-    run = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow", *ON_GPU)
+    run = run_fixture("perturbed_fusion.py", "eager,inductor", "--no-narrow", TRACES_ONLY, *ON_GPU)
     made = invoke("repro", run.report["run_dir"], "--out-dir", str(tmp_path), "--format", "json")
     assert made.exit_code == 1, made.stderr
     assert made.report["verdict"] == "reproduced" and made.report["check"]["control_returncode"] == 0
