@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -303,3 +304,55 @@ def test_a_call_the_judge_cannot_rerun_is_recorded_unjudged_and_the_program_goes
     assert check["unjudged"] == "its uncompiled graph raised RuntimeError: no reference here"
     findings = read_findings(sink.checks, Config())
     assert findings is not None and not findings.judged and findings.unjudged == 1
+
+
+def _judged_traces(tmp_path: Path, wrong: bool) -> list[Path]:
+    """A and B differ at their second op (the drift a trace diff sees); B holds one check of its compiled call,
+    right or wrong, whose culprit is at that op's line."""
+    from tests.synth import TraceBuilder
+
+    x = torch.arange(6.0)
+    traces = []
+    for name, scale in (("a", 1.0), ("b", 1.01)):
+        t = TraceBuilder(tmp_path / f"{name}.jsonl")
+        t.region("enter", [t.tensor("x", x, arg="in0")])
+        y = x * scale
+        t.op("aten::mul.Tensor", [t.tensor("x", x)], [t.tensor("y", y, arg="0")], src="model.py:7")
+        t.region("exit", [t.tensor("y", y, arg="out0")])
+        if name == "b":
+            error = 1e-2 if wrong else 1e-8
+            t.writer.write({"t": "check", "at": t.seq, "g": "Net.forward (region 0) graph 0", "call": 0, "ph": "fw",
+                            "rc": ["Net.forward", 0],
+                            "outs": [{"name": "out0", "dtype": "float32", "shape": [6], "dist": error,
+                                      "err_c": error, "err_e": 1e-8, "scale": 3.0, "size": 3.0}],
+                            **({"culprit": {"op": "aten::mul.Tensor", "src": "model.py:7", "code": "y = x * s",
+                                            "m": "Net"}} if wrong else {})})
+        traces.append(t.close())
+    return traces
+
+
+def test_a_drift_with_every_call_right_is_a_match_that_says_where_the_runs_part(tmp_path: Path) -> None:
+    from tracediff.diff.decide import decide
+    from tracediff.diff.engine import diff_traces
+
+    traces = _judged_traces(tmp_path, wrong=False)
+    outcome = decide(diff_traces(*traces, Config()), [str(t) for t in traces], Config())
+    assert outcome.verdict.value == "match" and outcome.first_divergence is None
+    assert outcome.drift is not None and outcome.drift["source"] == "model.py:7"
+    assert any("rounding the program amplified" in note for note in outcome.notes)
+    # The traces alone call it a divergence.
+    alone = decide(diff_traces(*traces, Config()), [str(t) for t in traces], Config(same_inputs=False))
+    assert alone.verdict.value == "diverged"
+
+
+def test_a_wrong_call_names_the_culprit_at_the_reference_traces_op(tmp_path: Path) -> None:
+    from tracediff.diff.decide import decide
+    from tracediff.diff.engine import diff_traces
+
+    traces = _judged_traces(tmp_path, wrong=True)
+    report = decide(diff_traces(*traces, Config()), [str(t) for t in traces], Config()).to_json()
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged" and first["pinned_by"] == "same_inputs"
+    assert (first["op"], first["index"], first["source"]) == ("aten::mul.Tensor", 1, "model.py:7")
+    assert report["same_inputs"]["first_wrong"]["region_call"] == {"name": "Net.forward", "call": 0}
+    assert first["judged"]["kind"] == "wrong"

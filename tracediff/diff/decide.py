@@ -108,7 +108,8 @@ def _drift(found: Found) -> dict[str, Any]:
 
 def _drift_note(found: Found, findings: SameInputFindings, inherited: int) -> str:
     rel = f"{found.rel_diff:.3g}" if found.rel_diff is not None and math.isfinite(found.rel_diff) else "far"
-    return (f"the runs drift apart from {found.a.op} at {found.a.source} (relative difference {rel}; "
+    where = f" at {found.a.source}" if found.a.source else ""
+    return (f"the runs drift apart from {found.a.op}{where} (#{found.a.index}; relative difference {rel}; "
             f"{inherited} later record(s) differ too), yet each of the {findings.summary()} is as close to "
             "float64 as eager on its own inputs: rounding the program amplified (an optimizer's step, a long "
             "loop), not the compiler")

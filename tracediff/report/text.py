@@ -58,8 +58,9 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  no divergence in the {report['compared']} records compared before the failure")
     elif report["verdict"] == "match" and same_inputs:
         drift = report.get("drift")
+        where = f" at {drift['source']}" if drift and drift.get("source") else ""
         lines.append("  every compiled call is as close to float64 as eager on its own inputs"
-                     + (f"; the runs drift apart from {drift['op']} at {drift['source']}: rounding, not the compiler"
+                     + (f"; the runs drift apart from {drift['op']}{where}: rounding, not the compiler"
                         if drift else ""))
     elif report["verdict"] == "match":
         lines.append(f"  {report.get('compared', 0)} paired records agree within tolerance "
