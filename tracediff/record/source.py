@@ -178,12 +178,12 @@ class SourceFinder:
         if node_index is not None:
             nodes = list(gm.graph.nodes)
             if 0 <= node_index < len(nodes):
-                info = _node_info(nodes[node_index], type(gm).__name__)
+                info = node_info(nodes[node_index], type(gm).__name__)
         self._fx_line_cache[key] = info
         return info
 
 
-def _node_info(node: torch.fx.Node, graph: str) -> FxNodeInfo:
+def node_info(node: torch.fx.Node, graph: str) -> FxNodeInfo:
     source = None
     stack_trace = node.meta.get("stack_trace")
     if stack_trace:

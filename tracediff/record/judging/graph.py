@@ -290,8 +290,8 @@ class JudgedGraph:
         flat_c = outputs_of(out_c)
         try:
             with self._running():
-                measured = [m for m in self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64))]
-                measured += [m for i in self.written if (m := _measure(
+                measured = list(self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64)))
+                measured += [m for i in self.written if (m := measure(
                     f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
                 culprit = None
                 if pristine is not None and self._wrong(measured):
@@ -350,7 +350,7 @@ class JudgedGraph:
             yield Measurement("outputs", "", [], problem=f"{len(compiled)} outputs where eager gives {len(eager)}")
             return
         for i, (c, e, r) in enumerate(zip(compiled, eager, reference)):
-            m = _measure(f"out{i}", c, e, r)
+            m = measure(f"out{i}", c, e, r)
             if m is not None:
                 yield m
 
@@ -482,10 +482,6 @@ class JudgedGraph:
             after.restore()
 
 
-def _measure(name: str, c: Any, e: Any, r: Any) -> Measurement | None:
-    return measure(name, c, e, r)
-
-
 def _measure_grad(name: str, c: torch.Tensor | None, e: torch.Tensor | None, r: torch.Tensor | None
                   ) -> Measurement | None:
     """A gradient the compiled backward left out (None) is zero, as autograd treats it."""
@@ -494,5 +490,5 @@ def _measure_grad(name: str, c: torch.Tensor | None, e: torch.Tensor | None, r: 
     like = c if c is not None else e
     assert like is not None
     zeros = torch.zeros_like(like)
-    return _measure(name, zeros if c is None else c, zeros if e is None else e, zeros if r is None else r)
+    return measure(name, zeros if c is None else c, zeros if e is None else e, zeros if r is None else r)
 

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
 from tracediff.op_names import op_name
 from tracediff.record.judging.graph import copies, differentiable_inputs, differentiable_leaf
-from tracediff.record.source import _node_info
+from tracediff.record.source import node_info
 from tracediff.record.upcast import Float64Upcast
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class PrefixSearch:
                 break
             node = producers[0]
             ops = _node_ops(gm, copies(inputs), node)
-        info = _node_info(node, type(gm).__name__)
+        info = node_info(node, type(gm).__name__)
         root = self.region_root()
         module = ".".join(p for p in (root, info.module) if p) or None
         culprit: dict[str, Any] = {"how": "prefix", "steps": steps, "node": node.name,
