@@ -131,12 +131,16 @@ def test_a_difference_no_compile_change_removes_exits_1_and_says_it_is_not_the_c
 
 def test_a_budget_spent_before_a_change_works_exits_1_and_says_so(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two changes planned, one run allowed: the first does not work (no such module), the search stops."""
+    """Two changes planned, one run allowed: the first does not work (no such module), the search stops. (The
+    traces' rules decide: uninitialized memory makes the runs differ, while each compiled call re-run on its own
+    inputs reads the same memory as its references.)"""
     import tracediff.fix.search as search
 
     monkeypatch.setattr(search, "plan", lambda *args: [Change(DISABLE_MODULE, "Nothing.here"), Change(NO_COMPILE)])
+    traces_only = tmp_path / "tracediff.yaml"
+    traces_only.write_text("same_inputs: false\n")
     result = invoke("fix", str(FIXTURES / "uninitialized.py"), "--backend", "aot_eager", "--max-runs", "1",
-                    "--out-dir", str(tmp_path), "--format", "json")
+                    "--out-dir", str(tmp_path), "--format", "json", "--config", str(traces_only))
     report = result.report
     assert result.exit_code == 1 and report["fix"] is None
     assert [a["change"]["kind"] for a in report["attempts"]] == [DISABLE_MODULE]

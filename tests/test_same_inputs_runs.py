@@ -63,7 +63,6 @@ def test_trace_rules_alone_still_answer_with_no_same_inputs(run_fixture: Callabl
     ("perturbed_layernorm.py", "divergent line"),  # a node of the decomposed layer norm
     ("wrong_only_when_fused.py", "fused line"),  # wrong only while inductor may fuse
     ("view_index_put.py", "divergent line"),  # a write through a view of the returned tensor
-    ("last_op_fault.py", "divergent line"),  # the graph's last op
     ("inductor_wrong_decomposition.py", "divergent line"),  # cos decomposed as sin
 ])
 def test_a_planted_fault_is_named_at_its_line_on_its_own_inputs(run_fixture: Callable[..., Result], fixture: str,
@@ -72,6 +71,17 @@ def test_a_planted_fault_is_named_at_its_line_on_its_own_inputs(run_fixture: Cal
     first = report["first_divergence"]
     assert report["verdict"] == "diverged" and first["pinned_by"] == "same_inputs", first
     assert first["source"] == f"{fixture}:{marker_line(fixture, marker)}", first
+
+
+def test_a_fault_that_follows_the_graphs_last_op_is_not_pinned_on_a_prefix(run_fixture: Callable[..., Result]) -> None:
+    """fault_last_op scales whatever op ends a compiled graph: each prefix's last op turns wrong, so the search
+    ends at the first one; inside the whole graph that op is right, so it is not pinned there, and in the region's
+    first call the traces' finding names the place (before: the convolution two lines above, pinned)."""
+    report = run_fixture("last_op_fault.py", "eager,inductor").report
+    first = report["first_divergence"]
+    assert report["verdict"] == "diverged" and first["pinned_by"] != "same_inputs"
+    assert first["source"] == f"last_op_fault.py:{marker_line('last_op_fault.py', 'divergent line')}", first
+    assert report["same_inputs"]["first_wrong"]["culprit"]["unconfirmed"] is True
 
 
 def test_a_legitimate_reordering_the_trace_rules_call_a_divergence_matches(run_fixture: Callable[..., Result]) -> None:

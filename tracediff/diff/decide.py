@@ -96,7 +96,9 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
         note += f"; {culprit['note']}"
     if wrong.phase != "forward":
         note += f"; the op's backward, as the compiled backward computes it ({culprit['op']} is its forward op)"
-    return Divergence(cause, site, rel_diff(worst), (site,), "same_inputs", culprit.get("path"), True, False, note,
+    # Unconfirmed: wrong as a prefix's end, right inside the whole graph (record/judging/prefix.py): not pinned.
+    pinned = None if culprit.get("unconfirmed") else "same_inputs"
+    return Divergence(cause, site, rel_diff(worst), (site,), pinned, culprit.get("path"), True, False, note,
                       None, None, None, judged=judged)
 
 
@@ -145,6 +147,7 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     # B judged on its own inputs: its checks decide; the trace rules' finding is drift where every call was right.
     findings = None if determinism_check or not config.same_inputs else read_findings(result.b.checks, config)
     drift = None
+    by_traces = first  # the traces' own finding
     if findings is not None and findings.judged:
         if findings.first_wrong is None and first is not None:
             drift = first
@@ -201,6 +204,15 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     first_divergence = divergence(first) if first else None
     if findings is not None and findings.judged and findings.first_wrong is not None:
         first_divergence = same_input_divergence(findings.first_wrong, str(traces[0]) if traces else None)
+        wrong = findings.first_wrong
+        first_call = wrong.check.get("call") == 0 and (wrong.check.get("rc") or [None, 0])[1] == 0
+        if first_divergence.pinned_by is None and (wrong.culprit or {}).get("unconfirmed") and first_call \
+                and by_traces is not None:
+            # The prefix search's op did not hold up inside the whole graph; in the region's first call (no drift
+            # from an earlier step yet) the traces' own finding names the place, the judged call with it.
+            named = divergence(by_traces)
+            first_divergence = replace(named, note=f"{named.note}; {findings.first_wrong.describe()}",
+                                       judged=first_divergence.judged)
     return Outcome(verdict, tuple(str(t) for t in traces), first_divergence, (run_a, run_b),
                    tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),
                    tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
