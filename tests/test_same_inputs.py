@@ -356,3 +356,23 @@ def test_a_wrong_call_names_the_culprit_at_the_reference_traces_op(tmp_path: Pat
     assert (first["op"], first["index"], first["source"]) == ("aten::mul.Tensor", 1, "model.py:7")
     assert report["same_inputs"]["first_wrong"]["region_call"] == {"name": "Net.forward", "call": 0}
     assert first["judged"]["kind"] == "wrong"
+
+
+def test_an_output_that_views_an_input_can_be_written_in_place_as_without_the_judge() -> None:
+    """A tap on that input would make the output a view of a custom Function's, which autograd refuses to
+    write in place: such a call's backward goes untapped, said as unjudged."""
+
+    def run(backend: Any) -> torch.Tensor:
+        torch.manual_seed(0)
+        w = torch.randn(4, requires_grad=True)
+        out = torch.compile(lambda h: h[1:], backend=backend)(w * 2)
+        out.mul_(2)
+        out.sum().backward()
+        assert w.grad is not None
+        return w.grad
+
+    plain = run("aot_eager")
+    torch._dynamo.reset()
+    sink = Sink()
+    assert torch.equal(run(judged("aot_eager", sink)), plain)
+    assert [c["ph"] for c in sink.checks] == ["bw", "fw"] and "not tapped" in sink.checks[0]["unjudged"]

@@ -102,6 +102,19 @@ def unjudgeable(inputs: Sequence[Any]) -> str | None:
     return None
 
 
+def _returns_a_view_of(outputs: Sequence[Any], inputs: Sequence[torch.Tensor]) -> bool:
+    """Whether an output (of the eager reference, which runs on these very inputs where it does not write them)
+    shares memory with one of `inputs`."""
+    def pointer(t: torch.Tensor) -> int:
+        try:
+            return t.untyped_storage().data_ptr()
+        except RuntimeError:
+            return 0
+
+    held = {pointer(t) for t in inputs} - {0}
+    return any(isinstance(o, torch.Tensor) and pointer(o) in held for o in outputs)
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else ""
@@ -281,6 +294,12 @@ class JudgedGraph:
         assert self.written is not None
         pristine = copies(inputs, self.written) if self.narrower is not None and "fw" not in self.narrowed else None
         check = self._backward_check(call, args, inputs, rng, where)
+        if check is not None and _returns_a_view_of(outputs_of(out_e), [args[i] for i in check.tapped]):
+            # The program may write into such an output in place, which autograd refuses for a view of the tap's
+            # output: no tap, and the backward unjudged.
+            self._write_unjudged(call, "bw", "an output is a view of an input that requires gradients: its compiled "
+                                 "backward is not tapped", where)
+            check = None
         call_args = list(args)
         if check is not None:
             tapped = _InputTap.apply(self, check, *(args[i] for i in check.tapped))
