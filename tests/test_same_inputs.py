@@ -43,6 +43,10 @@ class Sink:
     def region_call(self) -> tuple[str, int] | None:
         return None
 
+    @property
+    def region_root(self) -> str | None:
+        return None
+
     def user_line(self) -> None:
         return None
 
@@ -58,7 +62,7 @@ def _fresh_dynamo() -> Iterator[None]:
 
 
 def judged(backend: Any, sink: Sink) -> JudgingBackend:
-    return JudgingBackend(inner_backend(backend, {}), sink, lambda: None, "f (region 0)")
+    return JudgingBackend(inner_backend(backend, {}), sink, "f (region 0)")
 
 
 def cos_as_sin(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:

@@ -99,8 +99,7 @@ class CompileRedirect:
             return compile_backend
         from tracediff.record.judging.backend import JudgingBackend, inner_backend
 
-        recorder = self.recorder
-        return JudgingBackend(inner_backend(compile_backend, kwargs), recorder, lambda: recorder.region_root, label)
+        return JudgingBackend(inner_backend(compile_backend, kwargs), self.recorder, label)
 
     def _next_call(self, region: int) -> int:
         call = self._region_calls.get(region, 0)

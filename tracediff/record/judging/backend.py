@@ -62,12 +62,10 @@ def _attribute(gm: torch.nn.Module, target: str) -> object:
 class JudgingBackend:
     """A dynamo backend: `inner` compiles, each compiled graph is judged, checks go to `sink`."""
 
-    def __init__(self, inner: Callable[..., Any], sink: CheckSink, region_root: Callable[[], str | None],
-                 label: str = "compiled", narrow: bool = True) -> None:
+    def __init__(self, inner: Callable[..., Any], sink: CheckSink, label: str = "compiled", narrow: bool = True) -> None:
         self.inner = inner
         self.sink = sink
         self.narrow = narrow
-        self.region_root = region_root
         self.label = label  # the compiled function's: `train_step (region 0)`
         self.graphs = 0
 
@@ -76,7 +74,7 @@ class JudgingBackend:
         compiled = self.inner(gm, example_inputs, **kwargs)
         name = f"{self.label} graph {self.graphs}"
         self.graphs += 1
-        narrower = PrefixSearch(self.inner, self.region_root) if self.narrow else None
+        narrower = PrefixSearch(self.inner) if self.narrow else None
         return JudgedGraph(reference, compiled, name, self.sink, narrower, attributes)
 
     def __getattr__(self, name: str) -> Any:

@@ -44,6 +44,9 @@ class CheckSink(Protocol):
     @property
     def region_call(self) -> tuple[str, int] | None: ...
 
+    @property
+    def region_root(self) -> str | None: ...
+
     def user_line(self) -> SourceLocation | None: ...
 
 
@@ -258,6 +261,7 @@ class JudgedGraph:
         self.narrower = narrower
         self.calls = 0
         self.site: SourceLocation | None = None  # the program's line that made the latest call
+        self.root: str | None = None  # the module the latest call's compiled region belongs to
         self.written: list[int] | None = None  # inputs the graph writes in place, known after its first call
         self.narrowed: set[str] = set()  # phases ("fw", "bw") already narrowed: the first wrong call of each
         self._active = False
@@ -273,6 +277,7 @@ class JudgedGraph:
         self.calls += 1
         where = self.sink.region_call
         self.site = self.sink.user_line()
+        self.root = self.sink.region_root
         inputs = [*args, *self.attributes]  # what the reference reads
         reason = unjudgeable(inputs)
         if reason is not None:

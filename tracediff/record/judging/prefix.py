@@ -108,9 +108,8 @@ def _node_ops(gm: torch.fx.GraphModule, inputs: Sequence[Any], target: torch.fx.
 class PrefixSearch:
     """Narrows one wrong call (forward or backward) of a judged graph to a node."""
 
-    def __init__(self, backend: Callable[..., Any], region_root: Callable[[], str | None]) -> None:
+    def __init__(self, backend: Callable[..., Any]) -> None:
         self.backend = backend
-        self.region_root = region_root
 
     def __call__(self, graph: JudgedGraph, inputs: list[Any], rng: RngState,
                  tangents: list[torch.Tensor | None] | None) -> dict[str, Any] | None:
@@ -204,7 +203,7 @@ class PrefixSearch:
             node = producers[0]
             ops = _node_ops(gm, copies(inputs), node)
         info = node_info(node, type(gm).__name__)
-        root = self.region_root()
+        root = graph.root  # the forward's region (a backward runs outside it)
         module = ".".join(p for p in (root, info.module) if p) or None
         culprit: dict[str, Any] = {"how": "prefix", "steps": steps, "node": node.name,
                                    "op": next((op for op in ops if op.split(".")[0] not in _LAYOUT_OPS),
