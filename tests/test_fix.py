@@ -119,9 +119,12 @@ def test_a_clean_script_has_nothing_to_fix(tmp_path: Path) -> None:
 
 
 def test_a_difference_no_compile_change_removes_exits_1_and_says_it_is_not_the_compilers(tmp_path: Path) -> None:
-    """uninitialized.py folds garbage memory into its result: even uncompiled it differs from eager."""
+    """uninitialized.py folds garbage memory into its result: even uncompiled it differs from eager. (The traces'
+    rules decide: each compiled call re-run on its own inputs reads the same memory as its references.)"""
+    traces_only = tmp_path / "tracediff.yaml"
+    traces_only.write_text("same_inputs: false\n")
     result = invoke("fix", str(FIXTURES / "uninitialized.py"), "--backend", "aot_eager", "--out-dir", str(tmp_path),
-                    "--format", "json")
+                    "--format", "json", "--config", str(traces_only))
     report = result.report
     assert result.exit_code == report["exit_code"] == 1 and report["fix"] is None
     assert [(a["change"]["kind"], a["verdict"]) for a in report["attempts"]] == [(NO_COMPILE, "diverged")]

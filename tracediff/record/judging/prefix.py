@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -120,8 +120,11 @@ class PrefixSearch:
         grad_mode = torch.is_grad_enabled() or tangents is not None
         cut_grads = _CutGradients(gm, inputs, rng, tangents) if tangents is not None else None
 
+        wrong_at: dict[int, set[str]] = {}  # what was wrong in each prefix tried: "values", "writes"
+
         def wrong(k: int) -> bool:
-            return self._prefix_wrong(gm, k, inputs, rng, graph.written or [], grad_mode, cut_grads)
+            wrong_at[k] = self._prefix_wrong(gm, k, inputs, rng, graph.written or [], grad_mode, cut_grads)
+            return bool(wrong_at[k])
 
         steps = 0
         lo, hi = -1, len(nodes) - 1  # prefix lo is right (the empty one), hi is wrong
@@ -137,7 +140,8 @@ class PrefixSearch:
             else:
                 lo = mid
         culprit = self._describe(graph, nodes[hi], inputs, steps, hi == len(nodes) - 1)
-        if cut_grads is None and hi < len(nodes) - 1 and not self._prefix_wrong(
+        # Confirmed where the cut's values were wrong (a write shows only at the end of the whole graph).
+        if cut_grads is None and hi < len(nodes) - 1 and wrong_at[hi] == {"values"} and not self._prefix_wrong(
                 gm, hi, inputs, rng, graph.written or [], grad_mode, None, whole=True):
             # Wrong as a prefix's last op, right inside the whole graph: a fault tied to the graph's shape (a pass
             # on whatever op ends it), not to this op. Said, and not pinned.
@@ -148,9 +152,10 @@ class PrefixSearch:
         return culprit
 
     def _prefix_wrong(self, gm: torch.fx.GraphModule, k: int, inputs: list[Any], rng: RngState, written: list[int],
-                      grad_mode: bool, cut_grads: _CutGradients | None, whole: bool = False) -> bool:
-        """Prefix k, compiled and judged on the call's inputs. `whole`: the whole graph with the values live at the
-        cut as extra outputs, judged on those alone."""
+                      grad_mode: bool, cut_grads: _CutGradients | None, whole: bool = False) -> set[str]:
+        """Prefix k, compiled and judged on the call's inputs: what was wrong, "values" (the values live at the
+        cut) and "writes" (inputs it writes in place); empty where it is right. `whole`: the whole graph with the
+        values live at the cut as extra outputs, judged on those alone."""
         prefix, first_cut = prefix_module(gm, k, whole)
         examples = inputs if cut_grads is None else \
             [differentiable_leaf(a) if i in cut_grads.tapped else a for i, a in enumerate(inputs)]
@@ -180,10 +185,13 @@ class PrefixSearch:
             results[0] = results[1]
         (r_out, r_in), (e_out, e_in), (c_out, c_in) = results
         values = zip(c_out[first_cut:], e_out[first_cut:], r_out[first_cut:])
-        measured: list[Measurement | None] = [measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(values)]
-        if not whole:  # the whole graph's writes are its final ones: not the cut's
-            measured += [measure(f"w{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_in, e_in, r_in))]
-        return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured if m is not None)
+        wrong = set()
+        if _any_wrong(measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(values)):
+            wrong.add("values")
+        # The whole graph's writes are its final ones, not the cut's.
+        if not whole and _any_wrong(measure(f"w{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_in, e_in, r_in))):
+            wrong.add("writes")
+        return wrong
 
     def _compile(self, prefix: torch.fx.GraphModule, inputs: list[Any], grad_mode: bool) -> Callable[..., Any]:
         """The prefix compiled by the backend itself, as dynamo would hand it over (not through torch.compile:
@@ -222,6 +230,10 @@ class PrefixSearch:
         if notes:
             culprit["note"] = "; ".join(notes)
         return culprit
+
+
+def _any_wrong(measured: Iterable[Measurement | None]) -> bool:
+    return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured if m is not None)
 
 
 def _float64() -> Float64Upcast:
