@@ -124,3 +124,24 @@ def test_backends_checked_without_dynamo_are_registered() -> None:
     from tracediff.record.backends import _ALWAYS_REGISTERED
 
     assert _ALWAYS_REGISTERED - {"eager"} <= set(torch._dynamo.list_backends(exclude_tags=()))
+
+
+def test_what_the_same_input_judge_builds_its_backends_and_references_from() -> None:
+    """record/judging/: torch.compile's own inductor wrapper (mode, options, dynamic), the registry of named
+    backends, the check for torch.func's wrapped tensors, a tensor hook's gradient for a root of backward, and
+    batch norm's unannotated write of its running statistics (record/upcast.py)."""
+    import inspect
+
+    from torch._dynamo import lookup_backend
+
+    assert list(inspect.signature(torch._TorchCompileInductorWrapper).parameters)[:3] == ["mode", "options", "dynamic"]
+    assert callable(lookup_backend("aot_eager"))
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(torch.ones(2))
+    assert torch.func.vmap(lambda t: torch.tensor(torch._C._functorch.is_functorch_wrapped_tensor(t)))(torch.ones(2)).all()
+    seen = []
+    loss = (torch.ones(2, requires_grad=True) * 2).sum()
+    loss.register_hook(seen.append)
+    loss.backward()
+    assert [float(g) for g in seen] == [1.0]
+    schema = torch.ops.aten.native_batch_norm.default._schema
+    assert not schema.is_mutable  # writes running_mean/var all the same: Float64Upcast copies them back
