@@ -26,6 +26,7 @@ differs from eager's is wrong whatever the values.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -183,3 +184,9 @@ def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
         return Judgement(False, f"{m.dist:.3g} from eager (rms), within {tolerance}")
     return Judgement(False, f"{m.dist:.3g} from eager, but no further from float64 than eager "
                             f"({m.err_c:.3g} against {m.err_e:.3g})")
+
+
+def any_wrong(measured: Iterable[Measurement | None]) -> bool:
+    """Whether any of these outputs is wrong at its dtype's default tolerance: the recording child's own test,
+    which picks the wrong calls to narrow (the verdict judges again with the user's tolerances)."""
+    return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured if m is not None)

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
+from tracediff.judge.measure import Measurement, any_wrong, measure
 from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
 
@@ -123,7 +123,8 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
-def _is_float(t: Any) -> bool:
+def is_float(t: Any) -> bool:
+    """A floating or complex tensor: one a float64 reference widens and autograd differentiates."""
     return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
 
 
@@ -208,7 +209,7 @@ def differentiable_inputs(inputs: Sequence[Any], tapped: Sequence[int], upcast: 
     arguments (a convolution's input against its weight) before the mode could widen them, and wants a leaf's
     gradient in the leaf's dtype."""
     if upcast is not None:
-        inputs = [upcast.widened(a) if _is_float(a) else a for a in inputs]
+        inputs = [upcast.widened(a) if is_float(a) else a for a in inputs]
     leaves = {i: differentiable_leaf(inputs[i]) for i in tapped}
     return [leaves.get(i, a) for i, a in enumerate(inputs)], leaves
 
@@ -318,7 +319,7 @@ class JudgedGraph:
                 measured += [m for i in self.written if (m := measure(
                     f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
                 culprit = None
-                if pristine is not None and self._wrong(measured):
+                if pristine is not None and any_wrong(measured):
                     self.narrowed.add("fw")
                     culprit = self._narrow(pristine, rng, None)
                 self._write(call, "fw", measured, culprit, where, without64)
@@ -378,10 +379,6 @@ class JudgedGraph:
             if m is not None:
                 yield m
 
-    @staticmethod
-    def _wrong(measured: list[Measurement]) -> bool:
-        return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured)
-
     def _narrow(self, inputs: list[Any], rng: RngState, tangents: list[torch.Tensor | None] | None
                 ) -> dict[str, Any] | None:
         """The culprit node of a wrong call, the random state as it was after the call put back."""
@@ -423,7 +420,7 @@ class JudgedGraph:
         if not torch.is_grad_enabled():
             return None
         written = set(self.written or ())
-        tapped = [i for i, a in enumerate(args) if _is_float(a) and a.requires_grad and i not in written]
+        tapped = [i for i, a in enumerate(args) if is_float(a) and a.requires_grad and i not in written]
         if not tapped:
             return None
         kept = copies(inputs, written)
@@ -432,7 +429,7 @@ class JudgedGraph:
 
     def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any]) -> None:
         """Keep the gradients autograd feeds into the compiled backward, output by output."""
-        check.outputs = [i for i, t in enumerate(outputs) if _is_float(t) and t.requires_grad]
+        check.outputs = [i for i, t in enumerate(outputs) if is_float(t) and t.requires_grad]
         if not check.outputs:
             return
 
@@ -494,7 +491,7 @@ class JudgedGraph:
                 measured = [m for i, c, e, r in zip(check.tapped, grads_c, grads_e, grads_64)
                             if (m := _measure_grad(f"grad of {self._input_name(i)}", c, e, r))]
                 culprit = None
-                if self.narrower is not None and "bw" not in self.narrowed and self._wrong(measured):
+                if self.narrower is not None and "bw" not in self.narrowed and any_wrong(measured):
                     self.narrowed.add("bw")
                     with check.autocast.restored():
                         culprit = self._narrow(self._backward_inputs(check), check.rng, self._tangents_by_output(check))

@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tracediff.judge.measure import Measurement, default_tolerance, judge, measure
+from tracediff.judge.measure import any_wrong, measure
 from tracediff.op_names import op_name
-from tracediff.record.judging.graph import copies, differentiable_inputs, differentiable_leaf
+from tracediff.record.judging.graph import (
+    copies,
+    differentiable_inputs,
+    differentiable_leaf,
+    is_float,
+    outputs_of,
+)
 from tracediff.record.source import node_info
 from tracediff.record.upcast import Float64Upcast
 
@@ -186,10 +192,10 @@ class PrefixSearch:
         (r_out, r_in), (e_out, e_in), (c_out, c_in) = results
         values = zip(c_out[first_cut:], e_out[first_cut:], r_out[first_cut:])
         wrong = set()
-        if _any_wrong(measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(values)):
+        if any_wrong(measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(values)):
             wrong.add("values")
         # The whole graph's writes are its final ones, not the cut's.
-        if not whole and _any_wrong(measure(f"w{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_in, e_in, r_in))):
+        if not whole and any_wrong(measure(f"w{i}", c, e, r) for i, (c, e, r) in enumerate(zip(c_in, e_in, r_in))):
             wrong.add("writes")
         return wrong
 
@@ -232,10 +238,6 @@ class PrefixSearch:
         return culprit
 
 
-def _any_wrong(measured: Iterable[Measurement | None]) -> bool:
-    return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured if m is not None)
-
-
 def _float64() -> Float64Upcast:
     return Float64Upcast(exact_casts=True)
 
@@ -245,11 +247,8 @@ class _CutGradients:
 
     def __init__(self, gm: torch.fx.GraphModule, inputs: list[Any], rng: RngState,
                  tangents: list[torch.Tensor | None]) -> None:
-        from tracediff.record.judging.graph import outputs_of
-
-        self.tapped = [i for i, a in enumerate(inputs)
-                       if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) and a.requires_grad]
-        leaves = {i: inputs[i].detach().requires_grad_() for i in self.tapped}
+        self.tapped = [i for i, a in enumerate(inputs) if is_float(a) and a.requires_grad]
+        leaves = {i: differentiable_leaf(inputs[i]) for i in self.tapped}
         self.values: dict[torch.fx.Node, Any] = {}
         values = self.values
 
