@@ -262,6 +262,9 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
               help="judge each compiled call of the candidate on its own inputs against the uncompiled graph and "
                    "float64; the verdict is that judgement's, and a difference between the runs is drift "
                    "[default: on]")
+@click.option("--light", is_flag=True, default=None,
+              help="for long runs: record only the compiled calls, not every op, and judge them on their own "
+                   "inputs within a time budget; the ops around the first wrong call are then recorded in depth")
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="launch each backend on N ranks with torch's launcher (torchrun), compare rank by rank, "
                    "and check that replicas stay identical across ranks; one backend: that check alone")
@@ -270,8 +273,9 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
 @_report_file_options
 def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
         timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
-        same_inputs: bool | None, nproc: int, rtol: float | None, atol: float | None, config_path: str | None, strict_structure: bool | None,
-        exact: bool | None, fmt: str, html_path: str | None, junit_path: str | None) -> None:
+        same_inputs: bool | None, light: bool | None, nproc: int, rtol: float | None, atol: float | None,
+        config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str, html_path: str | None,
+        junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
     Options go before --, the script's own arguments after it. Exit 1 on
@@ -284,6 +288,7 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
       tracediff run train.py --html report.html --junit junit.xml
       tracediff run ddp_train.py --backends eager,inductor --nproc-per-node 2
       tracediff run ddp_train.py --backends inductor --nproc-per-node 2   # do my ranks stay in sync?
+      tracediff run train.py --light -- --steps 5000     # a long run: compiled calls judged, no op recorded
     """
     from tracediff.diff.sample import AlignmentSample
     from tracediff.report.files import check_output_path, write_report_files
@@ -291,7 +296,8 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
-                          timeout=timeout, seed=seed, fallback_random=fallback_random, same_inputs=same_inputs)
+                          timeout=timeout, seed=seed, fallback_random=fallback_random, same_inputs=same_inputs,
+                          light=light)
     sample = AlignmentSample() if html and nproc == 1 and is_single_comparison(backends, repeat) else None
     outcome = run_script(script, list(script_args), backends, config, out_dir, _echo_err, repeat=repeat,
                          calibrate=calibrate, narrow_fused=narrow, sample=sample, nproc=nproc)

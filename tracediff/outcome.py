@@ -333,6 +333,8 @@ class Outcome:
     # compiled call was right but the traces differ, where the runs drift apart (the trace rules' finding).
     same_inputs: dict[str, Any] | None = None
     drift: dict[str, Any] | None = None
+    # `run --light`: the compiled-calls traces, how many calls were judged, and the window recorded in depth.
+    light: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -359,7 +361,7 @@ class Outcome:
                     "repeat_count": self.repeat_count, "run_dir": self.run_dir, "script": self.script,
                     "ranks": [r.to_json() for r in self.ranks] if self.ranks is not None else None,
                     "replicas": list(self.replicas) if self.replicas is not None else None,
-                    "same_inputs": self.same_inputs, "drift": self.drift}
+                    "same_inputs": self.same_inputs, "drift": self.drift, "light": self.light}
         out.update({k: v for k, v in optional.items() if v is not None})
         if self.bisected:
             out.update(bisect=self.bisect, bisect_steps=list(self.bisect_steps or ()), oracle_calls=self.oracle_calls)
@@ -386,4 +388,4 @@ class Outcome:
                    bisected="bisect_steps" in d,
                    ranks=tuple(RankVerdict.from_json(r) for r in d["ranks"]) if d.get("ranks") is not None else None,
                    replicas=tuple(d["replicas"]) if d.get("replicas") is not None else None,
-                   same_inputs=d.get("same_inputs"), drift=d.get("drift"))
+                   same_inputs=d.get("same_inputs"), drift=d.get("drift"), light=d.get("light"))

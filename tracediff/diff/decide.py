@@ -145,7 +145,7 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     first = result.first
     verdict = Verdict.FAILED if failed else Verdict.DIVERGED if first is not None else Verdict.MATCH
     # B judged on its own inputs: its checks decide; the trace rules' finding is drift where every call was right.
-    findings = None if determinism_check or not config.same_inputs else read_findings(result.b.checks, config)
+    findings = None if determinism_check or not config.same_inputs else read_findings(result.b.checks, config, result.b.footer)
     drift = None
     by_traces = first  # the traces' own finding
     if findings is not None and findings.judged:

@@ -16,7 +16,7 @@ from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
 
 # Header fields that differ between any two runs and explain nothing.
-_HEADER_NOISE = ("started", "t", "judged")
+_HEADER_NOISE = ("started", "t", "judged", "scope")
 
 
 # Below this size a second process costs more than it saves.

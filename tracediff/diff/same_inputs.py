@@ -90,6 +90,10 @@ class SameInputFindings:
     first_wrong: WrongCall | None
     unjudged: int = 0  # calls that could not be re-run (a torch.func transform's inputs, a failing reference)
     unjudged_reason: str | None = None  # the first one's
+    # Which calls were judged (record/judging/policy.py): "every call", "time budget" (the light mode), "window";
+    # and how many forward calls the program made (None: not counted, a trace from before the count).
+    policy: str = "every call"
+    calls_made: int | None = None
 
     @property
     def judged(self) -> bool:
@@ -99,6 +103,7 @@ class SameInputFindings:
     def to_json(self) -> dict[str, Any]:
         return {"calls": self.calls, "backward_calls": self.backward_calls, "graphs": self.graphs,
                 "wrong_calls": self.wrong_calls, "unjudged": self.unjudged, "unjudged_reason": self.unjudged_reason,
+                "policy": self.policy, "calls_made": self.calls_made,
                 "first_wrong": self.first_wrong.to_json() if self.first_wrong else None}
 
     def unjudged_note(self) -> str | None:
@@ -109,7 +114,11 @@ class SameInputFindings:
 
     def summary(self) -> str:
         backward = f" and {self.backward_calls} compiled backward(s)" if self.backward_calls else ""
-        return f"{self.calls} call(s) of {self.graphs} compiled graph(s){backward}"
+        sampled = ""
+        if self.calls_made is not None and self.calls_made > self.calls:
+            sampled = f" (judged of {self.calls_made} made, within the light mode's {self.policy})" \
+                if self.policy == "time budget" else f" (judged of {self.calls_made} made: those in the {self.policy})"
+        return f"{self.calls} call(s) of {self.graphs} compiled graph(s){sampled}{backward}"
 
 
 def rel_diff(m: Measurement) -> float | None:
@@ -133,14 +142,17 @@ def _wrong_outputs(check: dict[str, Any], config: Config) -> list[WrongOutput]:
                                         -(rel_diff(o.measurement) or 0.0)))
 
 
-def read_findings(checks: Sequence[dict[str, Any]], config: Config) -> SameInputFindings | None:
-    """None for a trace without checks (recorded without the judge, or no compiled graph ran)."""
+def read_findings(checks: Sequence[dict[str, Any]], config: Config,
+                  footer: dict[str, Any] | None = None) -> SameInputFindings | None:
+    """None for a trace without checks (recorded without the judge, or no compiled graph ran). `footer`: the trace's,
+    which counts the calls made and judged."""
     if not checks:
         return None
     first: WrongCall | None = None
     wrong_calls = 0
     unjudged = [c for c in checks if c.get("unjudged")]
     judged = [c for c in checks if not c.get("unjudged")]
+    judging = (footer or {}).get("judging") or {}
     for check in sorted(judged, key=lambda c: c.get("at", 0)):
         outputs = _wrong_outputs(check, config)
         if outputs:
@@ -151,7 +163,8 @@ def read_findings(checks: Sequence[dict[str, Any]], config: Config) -> SameInput
         calls=sum(1 for c in judged if c.get("ph") == "fw"),
         backward_calls=sum(1 for c in judged if c.get("ph") == "bw"),
         graphs=len({c.get("g") for c in judged}), wrong_calls=wrong_calls, first_wrong=first,
-        unjudged=len(unjudged), unjudged_reason=str(unjudged[0]["unjudged"]) if unjudged else None)
+        unjudged=len(unjudged), unjudged_reason=str(unjudged[0]["unjudged"]) if unjudged else None,
+        policy=str(judging.get("policy") or "every call"), calls_made=judging.get("calls"))
 
 
 def reference_index(trace_a: str | Path, wrong: WrongCall) -> int | None:

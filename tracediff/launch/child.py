@@ -48,6 +48,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "(--out is then unused)")
     parser.add_argument("--judge", action="store_true",
                         help="judge each compiled call on its own inputs, against eager and float64 (record/judging/)")
+    parser.add_argument("--light", action="store_true",
+                        help="record no op, only compiled calls and checks; --judge then judges within a time budget")
+    parser.add_argument("--window", default=None, metavar="REGION@CALL",
+                        help="record ops (and judge calls) only inside this call of a compiled region, e.g. Net.forward@57")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -79,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 
         applier = FixApplier(decode(options.fix))
 
+    try:
+        scope, policy = _scope_and_policy(options)
+    except UserError as e:
+        print(f"tracediff: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     sys.argv = [script, *script_args]
     if options.time_out:
         return _run_timed(script, backend, fallback_random, None if options.no_seed else options.seed, applier,
@@ -110,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         recorder_factory=capture.recorder if capture else None,
         upcast="float64" if options.float64 else None,
         before_compile=applier.before_compile if applier else None,
-        judge=options.judge,
+        judge=policy,
+        scope=scope,
     )
     if applier is not None:
         applier.before_script()
@@ -124,6 +134,21 @@ def main(argv: list[str] | None = None) -> int:
             applier.report_unmade()
         sys.stdout.flush()
     return status.code
+
+
+def _scope_and_policy(options: argparse.Namespace) -> tuple[Any, Any]:
+    """Which ops the recording keeps (record/scope.py), and which compiled calls are judged (None: none)."""
+    from tracediff.record.judging.policy import InWindow, JudgePolicy, TimeBudget
+    from tracediff.record.scope import CallWindow, RecordScope
+
+    if options.light and options.window:
+        raise UserError("--light and --window exclude each other")
+    if options.window:
+        window = CallWindow.parse(options.window)
+        return RecordScope("window", window), InWindow(window) if options.judge else None
+    if options.light:
+        return RecordScope("calls"), TimeBudget() if options.judge else None
+    return RecordScope(), JudgePolicy() if options.judge else None
 
 
 def _run_timed(script: str, backend: Any, fallback_random: bool | None, seed: int | None, applier: Any,

@@ -108,6 +108,8 @@ class Recording:
     fix: str | None = None  # `tracediff fix`: the changes to make, as JSON (record/fix_changes.py's `encode`)
     time_out: Path | None = None  # `tracediff fix`: run unrecorded and write the compiled calls' times here
     judge: bool = False  # judge each compiled call on its own inputs against eager and float64 (record/judging/)
+    light: bool = False  # record no op, only compiled calls and checks; judge within a time budget (record/scope.py)
+    window: str | None = None  # record (and judge) only inside one compiled call, `Net.forward@57`
 
     @classmethod
     def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:
@@ -128,6 +130,10 @@ class Recording:
             args += ["--time-out", str(self.time_out)]
         if self.judge:
             args += ["--judge"]
+        if self.light:
+            args += ["--light"]
+        if self.window:
+            args += ["--window", self.window]
         return args
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tracediff.record.backends import Backend
+from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.mode import TraceRecorder
 
 
@@ -38,7 +39,7 @@ class CompileRedirect:
 
     def __init__(self, backend: Backend | None, recorder: TraceRecorder | None,
                  before_compile: Callable[[Any], bool | None] | None = None,
-                 wrap: Callable[[Any, Any], Any] | None = None, judge: bool = False) -> None:
+                 wrap: Callable[[Any, Any], Any] | None = None, judge: JudgePolicy | None = None) -> None:
         # backend None: keep whatever backend the script asked for.
         self.backend = backend
         self.recorder = recorder
@@ -46,7 +47,8 @@ class CompileRedirect:
         # unrecorded run, what wraps each compiled function to time it (record/call_timer.py).
         self.before_compile = before_compile
         self.wrap = wrap
-        # Each graph the backend compiles is judged call by call on its own inputs (record/judging/).
+        # Each graph the backend compiles is judged call by call on its own inputs (record/judging/), on the calls
+        # this policy chooses; None: not judged.
         self.judge = judge
         self.compile_calls = 0
         self.dropped_options: list[str] = []
@@ -88,7 +90,8 @@ class CompileRedirect:
             for key in ("mode", "options"):
                 if kwargs.pop(key, None) is not None:
                     self.dropped_options.append(key)
-        kwargs["backend"] = self._judged(self.backend.compile_backend, kwargs, _label(model, region)) if self.judge \
+        judged = self.judge is not None
+        kwargs["backend"] = self._judged(self.backend.compile_backend, kwargs, _label(model, region)) if judged \
             else self.backend.compile_backend
         return self._original(model, **kwargs)
 
@@ -99,7 +102,7 @@ class CompileRedirect:
             return compile_backend
         from tracediff.record.judging.backend import JudgingBackend, inner_backend
 
-        return JudgingBackend(inner_backend(compile_backend, kwargs), self.recorder, label)
+        return JudgingBackend(inner_backend(compile_backend, kwargs), self.recorder, label, policy=self.judge)
 
     def _next_call(self, region: int) -> int:
         call = self._region_calls.get(region, 0)

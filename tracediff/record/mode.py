@@ -46,6 +46,7 @@ from tracediff.record.functorch import outside_transforms, transforms_involved
 from tracediff.record.held_gc import HeldRecordsAllowance
 from tracediff.record.identity import identity
 from tracediff.record.modules import ModuleStack
+from tracediff.record.scope import RecordScope, WindowState
 from tracediff.record.source import FusedSource, SourceFinder, SourceLocation
 from tracediff.record.spmd_args import default_group, group_size, placement_kind, scalar_digest
 from tracediff.record.storage_resizes import StorageResizes
@@ -308,10 +309,14 @@ def _version(t: torch.Tensor) -> int | None:
 class TraceRecorder(TorchDispatchMode):
     """Records every dispatched op on real tensors to a `TraceWriter`."""
 
-    def __init__(self, writer: TraceWriter, *, exact: bool = False, spmd: bool | None = None) -> None:
+    def __init__(self, writer: TraceWriter, *, exact: bool = False, spmd: bool | None = None,
+                 scope: RecordScope | None = None) -> None:
         super().__init__()
         self.writer = writer
         self.exact = exact
+        # Which ops are kept (record/scope.py): all of them, none (the light mode) or those of one call's window.
+        self.scope = scope or RecordScope()
+        self._window = WindowState(self.scope)
         # One rank of several (torchrun sets WORLD_SIZE): records carry what comparing ranks with each other
         # needs (record/spmd_args.py). None: as the environment says.
         self.spmd = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 if spmd is None else spmd
@@ -330,8 +335,9 @@ class TraceRecorder(TorchDispatchMode):
         self._regions: list[str | None] = []
         # The same regions' (name, call number), innermost last: where a same-input check ran (record/judging/).
         self._region_calls: list[tuple[str, int]] = []
-        # True while tracediff itself computes (fingerprints): those ops are not the program's.
-        self._internal = False
+        # True while tracediff itself computes (fingerprints): those ops are not the program's. Outside a scope's
+        # window too: every op then passes straight through.
+        self._internal = not self._window.open
         # The thread that entered the recorder: other threads' regions and kernels are not recorded.
         self._thread: int | None = None
         # In a forked child (record/fork.py): nothing is recorded; the first op reports the child.
@@ -570,6 +576,8 @@ class TraceRecorder(TorchDispatchMode):
         the host is about to wait for the device (`before_host_wait`): a record may hold a fingerprint still on
         its way, and writing is host time the device's queue can hide. Past HELD_RECORDS records, those whose
         fingerprints have arrived are written at once (`_make_room`)."""
+        if not self._window.open:  # outside the scope's window: nothing is kept
+            return
         device = self.device_fingerprints
         if device is None and not self._held:
             self.writer.write(record)
@@ -921,12 +929,14 @@ class TraceRecorder(TorchDispatchMode):
 
     def region_enter(self, name: str, root: str | None, region: int, call: int,
                      inputs: list[tuple[str, torch.Tensor]]) -> None:
-        record = {"t": REGION, "i": self._seq, "ev": "enter", "name": name, "r": region, "call": call,
-                  "d": self.modules.depth + len(self._regions), "m": self.modules.current or root,
-                  "in": self.describe_tensors(inputs)}
+        self._enter_window(name, call)
+        depth = self.modules.depth + len(self._regions)
         self._regions.append(root)
         self._region_calls.append((name, call))
-        self._emit(record)
+        if not self._window.open:
+            return
+        self._emit({"t": REGION, "i": self._seq, "ev": "enter", "name": name, "r": region, "call": call,
+                    "d": depth, "m": self.modules.current or root, "in": self.describe_tensors(inputs)})
         self._seq += 1
 
     def region_exit(self, name: str, region: int, call: int, outputs: list[tuple[str, torch.Tensor]]) -> None:
@@ -934,10 +944,19 @@ class TraceRecorder(TorchDispatchMode):
             self._regions.pop()
         if self._region_calls:
             self._region_calls.pop()
+        if not self._window.open:
+            return
         record = {"t": REGION, "i": self._seq, "ev": "exit", "name": name, "r": region, "call": call,
                   "d": self.modules.depth + len(self._regions), "out": self.describe_tensors(outputs)}
         self._emit(record)
         self._seq += 1
+
+    def _enter_window(self, name: str, call: int) -> None:
+        """A region's call may open or close the scope's window: ops are recorded inside it only."""
+        was_open = self._window.open
+        self._window.at_region_call(name, call)
+        if self._window.open != was_open and not self._in_child:
+            self._internal = not self._window.open
 
     # -- same-input checks ---------------------------------------------------------
 
@@ -960,11 +979,13 @@ class TraceRecorder(TorchDispatchMode):
         self._thread = threading.get_ident()
         self.modules.__enter__()
         self.resizes.__enter__()
-        return super().__enter__()
+        # Without ops to record (the light mode) the dispatch mode is not entered: no op pays for it.
+        return super().__enter__() if self.scope.records_ops else self
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            super().__exit__(*exc)
+            if self.scope.records_ops:
+                super().__exit__(*exc)
         finally:
             self._held_allowance.release()
             self.resizes.__exit__(*exc)

@@ -30,8 +30,10 @@ from tracediff.record.customizations import compiler_customizations, no_customiz
 from tracediff.record.fingerprint import FINGERPRINT_KINDS, host_fingerprint_path
 from tracediff.record.fork import ForkGuard
 from tracediff.record.host_waits import HostWaits
+from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.kernels import KernelCapture
 from tracediff.record.mode import TraceRecorder
+from tracediff.record.scope import RecordScope
 from tracediff.trace.schema import Footer, Header, ScriptError
 from tracediff.trace.writer import TraceWriter
 
@@ -103,7 +105,8 @@ class RecordingSession:
         recorder_factory: Callable[[TraceWriter, bool], TraceRecorder] | None = None,
         upcast: str | None = None,
         before_compile: Callable[[Any], bool | None] | None = None,
-        judge: bool = False,
+        judge: JudgePolicy | None = None,
+        scope: RecordScope | None = None,
     ) -> None:
         self.path = Path(path)
         self.backend = backend
@@ -113,11 +116,14 @@ class RecordingSession:
         self.command = command if command is not None else list(sys.argv)
         self.materialized = materialized
         self.script_dir = script_dir
+        # Which ops are kept: every one, none (the light mode), or one call's window (record/scope.py).
+        self.scope = scope or RecordScope()
         # `tracediff repro` swaps in a recorder that also keeps chosen ops' arguments.
-        self.recorder_factory = recorder_factory or (lambda writer, exact: TraceRecorder(writer, exact=exact))
+        self.recorder_factory = recorder_factory or (
+            lambda writer, exact: TraceRecorder(writer, exact=exact, scope=self.scope))
         self.upcast = upcast  # "float64": a noise reference run (record/upcast.py)
         self.before_compile = before_compile  # `tracediff fix`: its changes, made at each torch.compile call
-        self.judge = judge  # each compiled call judged on its own inputs (record/judging/)
+        self.judge = judge  # which compiled calls are judged on their own inputs (record/judging/); None: none
         self.writer: TraceWriter | None = None
         self.recorder: TraceRecorder | None = None
         self.redirect: CompileRedirect | None = None
@@ -144,7 +150,8 @@ class RecordingSession:
             "exact": self.exact,
             "materialized": self.materialized,
             "upcast": self.upcast,
-            "judged": self.judge,
+            "judged": self.judge is not None,
+            "scope": {"kind": self.scope.kind, "window": str(self.scope.window) if self.scope.window else None},
             "settings": numeric_settings(),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
@@ -167,7 +174,9 @@ class RecordingSession:
                                             judge=self.judge)
             # Importing inductor's compiler costs a second or more per recording: not where no compile can reach
             # it (the compile redirect gives every torch.compile this backend).
-            self.kernels = KernelCapture(self.recorder) if self.backend is None or self.backend.may_run_inductor else None
+            # Nor where no op is recorded (the light mode): a kernel's launch is one.
+            self.kernels = KernelCapture(self.recorder) if self.scope.records_ops and (
+                self.backend is None or self.backend.may_run_inductor) else None
             self.forks = ForkGuard(self.recorder, self.writer)
             stack.push(self._close_with_footer)
             stack.enter_context(self.forks)  # left before the footer: it counts the children
@@ -215,6 +224,8 @@ class RecordingSession:
             "local_modules": local_modules(self.script_dir) if self.script_dir else [],
             # Read only where the script compiled: the tables hold thousands of entries (about 2 ms).
             "compiler_customizations": compiler_customizations() if self.redirect.compile_calls else no_customizations(),
+            # Calls judged on their own inputs, of those made (the light mode judges within a time budget).
+            **({"judging": self.judge.summary()} if self.judge is not None else {}),
             # One rank of several: the process group's backend (gloo, nccl), known once the script made one.
             **({"process_group": self.recorder.process_group} if self.recorder.process_group else {}),
         }

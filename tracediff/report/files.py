@@ -26,9 +26,11 @@ def write_report_files(report: dict[str, Any], sample: AlignmentSample | None, h
                        junit: Path | None, echo: Callable[[str], None]) -> None:
     """Render and write whichever of the HTML page and the JUnit XML was asked for."""
     if html is not None:
+        from tracediff.report.drift import read_drift
         from tracediff.report.html import render_html
 
-        _write(html, render_html(report, sample.as_dict() if sample is not None else None), "--html")
+        page = render_html(report, sample.as_dict() if sample is not None else None, read_drift(report))
+        _write(html, page, "--html")
         echo(f"tracediff: wrote HTML report {html}")
     if junit is not None:
         from tracediff.report.junit import render_junit

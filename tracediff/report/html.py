@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tracediff.diff.sample import AGREE, DIFFER, ONLY_A, ONLY_B, UNCHECKED
+from tracediff.report.drift import drift_section
+from tracediff.report.svg import ticks
 from tracediff.report.text import narrowing_outcome
 
 # The divergent row's background: tests look for this colour in a screenshot,
@@ -139,8 +141,10 @@ def _backends(report: dict[str, Any], sample: dict[str, Any] | None) -> list[str
     return [str(n) if n else label for n, label in zip([*names, None, None][:2], "AB")]
 
 
-def render_html(report: dict[str, Any], sample: dict[str, Any] | None = None) -> str:
-    """The whole page. `sample` is `AlignmentSample.as_dict()`, or None when no diff ran."""
+def render_html(report: dict[str, Any], sample: dict[str, Any] | None = None,
+                drift: dict[str, Any] | None = None) -> str:
+    """The whole page. `sample` is `AlignmentSample.as_dict()`, or None when no diff ran; `drift` is
+    `report.drift.read_drift`'s series of a run of many steps, or None."""
     backends = _backends(report, sample)
     title = f"tracediff: {backends[0]} vs {backends[1]} ({report['verdict']})"
     parts = [
@@ -153,6 +157,8 @@ def render_html(report: dict[str, Any], sample: dict[str, Any] | None = None) ->
         _header(report, sample, backends),
         _summary(report),
     ]
+    if drift is not None:
+        parts.append(drift_section(drift))
     if sample is not None:
         parts.append(_plot_section(report, sample))
         parts.append(_table_section(report, sample))
@@ -343,7 +349,7 @@ def plot_svg(points: list[tuple[int, float]], x_max: int, first_index: int | Non
         out.append(f'<text x="{_L - 6}" y="{y + 4:.1f}" text-anchor="end">1e{d}</text>')
     out.append(f'<text x="{_L - 6}" y="{sy(0) + 4:.1f}" text-anchor="end">0</text>')
     out.append(f'<text x="{_L - 6}" y="{sy(math.inf) + 4:.1f}" text-anchor="end">∞</text>')
-    for x in _ticks(span_x):
+    for x in ticks(span_x):
         out.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{_T + inner_h}" y2="{_T + inner_h + 4}" stroke="#9aa3b2"/>')
         out.append(f'<text x="{sx(x):.1f}" y="{_T + inner_h + 16}" text-anchor="middle">{x}</text>')
     out.append(f'<text x="{_L + inner_w / 2:.0f}" y="{_H - 4}" text-anchor="middle">op index in trace A</text>')
@@ -373,13 +379,6 @@ def plot_svg(points: list[tuple[int, float]], x_max: int, first_index: int | Non
         out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.6" fill="{colour}"><title>#{x}: {_rel(y)}</title></circle>')
     out.append("</svg>")
     return "".join(out)
-
-
-def _ticks(span: int, target: int = 8) -> list[int]:
-    raw = max(span / target, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    return list(range(0, span + 1, int(step)))
 
 
 # ---- the side-by-side table ---------------------------------------------------------------------

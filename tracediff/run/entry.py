@@ -29,6 +29,8 @@ def run_script(script: str, script_args: list[str], backends: str, config: Confi
     given, or --repeat above 1); on `nproc` ranks, each backend once, compared rank by rank (one backend:
     its ranks' replicas checked). `sample` collects the alignment for --html (a single comparison only)."""
     names = parse_backends(backends, script, allow_one=True)
+    if config.light:
+        check_light(names, config, repeat, calibrate, nproc)
     if nproc > 1:
         if repeat is not None or calibrate:
             raise UserError("--nproc-per-node runs each backend once: it does not combine with --repeat or --calibrate")
@@ -43,6 +45,17 @@ def run_script(script: str, script_args: list[str], backends: str, config: Confi
         return run_repeated(script, script_args, names, repeat or 2, config, out_dir, echo, narrow_fused=narrow_fused)
     return run_and_diff(script, script_args, names, config, out_dir, echo, narrow_fused=narrow_fused,
                         calibrate=calibrate, sample=sample)
+
+
+def check_light(names: list[str], config: Config, repeat: int | None, calibrate: bool, nproc: int) -> None:
+    """--light compares two backends once, in one process, with the same-input judge deciding."""
+    if len(names) != 2 or (repeat or 1) > 1:
+        raise UserError("--light compares two backends once: give two (e.g. --backends eager,inductor), no --repeat")
+    if calibrate or nproc > 1:
+        raise UserError("--light does not combine with " + ("--calibrate" if calibrate else "--nproc-per-node"))
+    if not config.same_inputs:
+        raise UserError("--light judges the compiled calls on their own inputs: it does not combine with "
+                        "--no-same-inputs (same_inputs: false)")
 
 
 def run_distributed(script: str, script_args: list[str], backends: list[str], config: Config, out_dir: str | None,

@@ -108,6 +108,13 @@ def run_and_diff(
 def _run_and_diff(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
                   echo: Callable[[str], None], narrow_fused: bool, calibrate: bool,
                   sample: AlignmentSample | None) -> Outcome:
+    if config.light:
+        from tracediff.run.light import run_light
+
+        outcome = run_light(path, script_args, backends, config, run_dir, echo, sample)
+        outcome = replace(outcome, run_dir=str(run_dir), script=str(path))
+        write_report(outcome, run_dir)
+        return outcome
     reference = record_run(path, script_args, backends[0], run_dir / f"{trace_name('a', backends[0])}.jsonl", config, echo)
     return run_against(reference, path, script_args, backends[1], config, run_dir, echo, narrow_fused, calibrate, sample)
 
@@ -143,15 +150,22 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
                echo: Callable[[str], None], label: str = "", float64: bool = False, nproc: int = 1,
-               judge: bool = False) -> RunResult:
+               judge: bool = False, light: bool = False, window: str | None = None) -> RunResult:
     """Record one run of the script (on `nproc` ranks: one trace per rank, `trace` with the rank in its
-    name); a backend that cannot even start is a usage error."""
+    name); a backend that cannot even start is a usage error. `light`: compiled calls only, judged within a
+    time budget; `window`: ops (and judged calls) only inside that compiled call (record/scope.py)."""
     where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if nproc > 1 else str(trace)
     on_ranks = f" on {nproc} ranks (torch.distributed.run)" if nproc > 1 else ""
     judged = " (each compiled call judged on its own inputs)" if judge else ""
+    if light:
+        judged = " (compiled calls only, judged on their own inputs within a time budget)" if judge else \
+            " (compiled calls only)"
+    elif window:
+        judged = f" (only the ops of {window}, its compiled calls judged on their own inputs)" if judge else \
+            f" (only the ops of {window})"
     echo(f"tracediff: recording {path} with backend {backend}{label}{on_ranks}{judged} -> {where}")
-    result = record_in_subprocess(path, script_args,
-                                  Recording.of(config, backend, float64=float64, nproc=nproc, judge=judge), trace, echo)
+    recording = Recording.of(config, backend, float64=float64, nproc=nproc, judge=judge, light=light, window=window)
+    result = record_in_subprocess(path, script_args, recording, trace, echo)
     if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import: said once, as the error
         raise UserError(result.failure() or f"backend {backend}: bad usage")
     echo(f"tracediff: backend {backend}{label}: " + (result.failure() or f"done in {result.elapsed_s:.1f} s"))

@@ -196,6 +196,8 @@ class Header(TypedDict, total=False):
     materialized: bool
     upcast: str | None  # "float64": a run recorded with every float op upcast (record/upcast.py)
     judged: bool  # each compiled call judged on its own inputs (record/judging/): the trace holds check records
+    # Which ops it keeps (record/scope.py): {"kind": "all" | "calls" | "window", "window": "Net.forward@57" | None}
+    scope: dict[str, Any]
     settings: dict[str, Any]
     rank: int
     world_size: int
@@ -224,3 +226,5 @@ class Footer(TypedDict, total=False):
     # What the script changed in inductor (record/customizations.py): {"decompositions", "lowerings", "passes"}
     compiler_customizations: dict[str, list[str]]
     process_group: dict[str, Any]  # one rank of several: {"backend": "gloo", "size": 2}
+    # A judged run: {"policy": "every call" | "time budget" | "window", "calls", "judged", "spent_s"} (forward calls)
+    judging: dict[str, Any]

@@ -8,6 +8,7 @@ in the compiled run's own process, on the same inputs, can: whatever differs the
   graph.py     one compiled graph's calls: references, every output compared, gradients through taps
   prefix.py    the op inside a wrong call: bisection over the graph's prefixes, compiled by the same backend
   backend.py   wraps the run's compile backend so every graph it compiles is judged
+  policy.py    which calls are judged: every one, those a time budget allows (the light mode), one window's
 
 The criterion itself (tracediff/judge/measure.py) sits below, shared with the verdict (diff/same_inputs.py).
 """

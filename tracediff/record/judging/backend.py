@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from tracediff.record.judging.graph import CheckSink, JudgedGraph
+from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.judging.prefix import PrefixSearch
 
 
@@ -62,8 +63,10 @@ def _attribute(gm: torch.nn.Module, target: str) -> object:
 class JudgingBackend:
     """A dynamo backend: `inner` compiles, each compiled graph is judged, checks go to `sink`."""
 
-    def __init__(self, inner: Callable[..., Any], sink: CheckSink, label: str = "compiled", narrow: bool = True) -> None:
+    def __init__(self, inner: Callable[..., Any], sink: CheckSink, label: str = "compiled", narrow: bool = True,
+                 policy: JudgePolicy | None = None) -> None:
         self.inner = inner
+        self.policy = policy or JudgePolicy()
         self.sink = sink
         self.narrow = narrow
         self.label = label  # the compiled function's: `train_step (region 0)`
@@ -75,7 +78,7 @@ class JudgingBackend:
         name = f"{self.label} graph {self.graphs}"
         self.graphs += 1
         narrower = PrefixSearch(self.inner) if self.narrow else None
-        return JudgedGraph(reference, compiled, name, self.sink, narrower, attributes)
+        return JudgedGraph(reference, compiled, name, self.sink, narrower, attributes, self.policy)
 
     def __getattr__(self, name: str) -> Any:
         # What dynamo asks of a backend object (its compiler config, reset) is the inner backend's.

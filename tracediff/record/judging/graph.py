@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from tracediff.judge.measure import Measurement, any_wrong, measure
+from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
 
@@ -251,7 +253,8 @@ class JudgedGraph:
     """Stands in for one compiled graph: runs it, and judges each call against its references."""
 
     def __init__(self, reference: torch.fx.GraphModule, compiled: Callable[..., Any], name: str, sink: CheckSink,
-                 narrower: Narrower | None = None, attributes: Sequence[torch.Tensor] = ()) -> None:
+                 narrower: Narrower | None = None, attributes: Sequence[torch.Tensor] = (),
+                 policy: JudgePolicy | None = None) -> None:
         # The graph as dynamo gave it, before the backend changed it; the tensors it reads as attributes are
         # its last inputs (backend.reference_graph), `attributes` the program's own.
         self.reference = reference
@@ -260,6 +263,7 @@ class JudgedGraph:
         self.name = name
         self.sink = sink
         self.narrower = narrower
+        self.policy = policy or JudgePolicy()  # which calls are judged (the light mode's budget), shared by the run
         self.calls = 0
         self.site: SourceLocation | None = None  # the program's line that made the latest call
         self.root: str | None = None  # the module the latest call's compiled region belongs to
@@ -277,6 +281,8 @@ class JudgedGraph:
         call = self.calls
         self.calls += 1
         where = self.sink.region_call
+        if not self.policy.admits(self.name, call, where):
+            return self.compiled(*args)
         self.site = self.sink.user_line()
         self.root = self.sink.region_root
         inputs = [*args, *self.attributes]  # what the reference reads
@@ -333,13 +339,15 @@ class JudgedGraph:
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:
-        """tracediff's own work: nothing recorded, no recursion into this graph."""
+        """tracediff's own work: nothing recorded, no recursion into this graph, its time counted."""
         self._active = True
+        started = time.perf_counter()
         try:
             with self.sink.quiet():
                 yield
         finally:
             self._active = False
+            self.policy.spend(time.perf_counter() - started)
 
     def _float64_reference(self, inputs: Sequence[Any]) -> tuple[Any, list[Any], str | None]:
         """The float64 reference, or why there is none: some graphs cannot run in float64 (one that runs autograd
