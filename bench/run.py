@@ -26,6 +26,9 @@ Sections:
   sequence  bench/bench_sequence.py (align_sequences alone on 1M keys); full run only.
   cuda      bench/gpu.py: plain / tracediff / DebugMode on the GPU sizes, eager and
             inductor, one process per config; skipped without CUDA.
+  light     bench/light.py: a long training run compiled, plain against `tracediff run --light`'s
+            recording of it (compiled calls judged within a time budget), whole processes, rounds
+            interleaved; on CUDA when there is one.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ OUT = BENCH / "out"
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
-SECTIONS = ("overhead", "diff", "sequence", "cuda")
+SECTIONS = ("overhead", "diff", "sequence", "cuda", "light")
 CONFIGS = ("plain", "tracediff", "debugmode")
 
 
@@ -821,6 +824,14 @@ def section_cuda(quick: bool, names: list[str] | None = None) -> dict[str, Any]:
     return gpu.run_all(workloads, list(gpu.MODES), warmup=2 if quick else 3, reps=3 if quick else 10, timeout=600)
 
 
+def section_light(quick: bool, names: list[str] | None = None) -> dict[str, Any]:
+    """bench/light.py: plain compiled runs against the light mode's recording of them."""
+    import light
+
+    workloads = [n for n in names or () if n in light.WORKLOADS] or (["tiny_gpt"] if quick else list(light.WORKLOADS))
+    return light.run_all(workloads, 100 if quick else None, 1 if quick else 2, ("plain", "light"))
+
+
 def render(machine: dict[str, Any], results: dict[str, Any], command: str, wall: float) -> str:
     m = machine
     parts = [
@@ -851,6 +862,13 @@ def render(machine: dict[str, Any], results: dict[str, Any], command: str, wall:
 
         parts += ["", "## Recording overhead on CUDA (bench/gpu.py)", "",
                   results["cuda"].get("skipped") or gpu.table(results["cuda"])]
+    if "light" in results:
+        import light
+
+        parts += ["", "## The light mode on a long training run (bench/light.py)", "",
+                  "Wall time of the whole process (start, imports and compiles included), median over rounds; "
+                  "`light` is the compiled run as `tracediff run --light` records and judges it.", "",
+                  light.table(results["light"])]
     return "\n".join(parts) + "\n"
 
 
@@ -859,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--quick", action="store_true", help="fast smoke run")
     ap.add_argument("--only", choices=SECTIONS, help="run one section")
-    ap.add_argument("--workloads", help="overhead and cuda sections: these workloads only (comma-separated)")
+    ap.add_argument("--workloads", help="overhead, cuda and light sections: these workloads only (comma-separated)")
     ap.add_argument("--child-memory", nargs=3, metavar=("WORKLOAD", "CONFIG", "CALLS"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-e2e", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-phases", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
@@ -897,6 +915,7 @@ def main(argv: list[str] | None = None) -> int:
         "diff": lambda quick: section_diff(quick, gc_check=args.gc_check),
         "sequence": section_sequence,
         "cuda": lambda quick: section_cuda(quick, workload_names),
+        "light": lambda quick: section_light(quick, workload_names),
     }
     results: dict[str, Any] = {}
     failed: dict[str, str] = {}
