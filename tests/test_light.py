@@ -19,7 +19,7 @@ from tracediff.record.judging.backend import JudgingBackend, inner_backend
 from tracediff.record.judging.policy import InWindow, JudgePolicy, TimeBudget
 from tracediff.record.scope import CallWindow, RecordScope, WindowState
 from tracediff.record.session import RecordingSession
-from tracediff.report.drift import drift_section, read_drift
+from tracediff.report.drift import _check_errors, drift_section, read_drift
 from tracediff.trace.reader import Trace
 
 
@@ -142,11 +142,22 @@ def test_light_says_what_it_does_not_combine_with(tmp_path: Path, extra: tuple[s
 def test_a_drift_plot_draws_both_runs_and_each_calls_own_error() -> None:
     drift = {"region": "Net.forward", "measure": "value", "a": [(i, 1.0 / (i + 1)) for i in range(6)],
              "b": [(i, 1.0 / (i + 1) + 1e-3 * i) for i in range(6)], "wrong_at": 4, "backends": ["eager", "inductor"],
-             "checks": [{"step": i, "phase": "fw", "c": 1e-7 if i < 4 else 1e-2, "e": 1e-7} for i in range(6)]}
+             "checks": [{"step": i, "c": 1e-7 if i < 4 else 1e-2, "e": 1e-7} for i in range(6)]}
     page = drift_section(drift)
     assert 'id="drift-plot"' in page and 'id="local-error-plot"' in page and 'class="wrong-call"' in page
     assert page.count('class="series"') == 5  # two runs; compiled, eager and the runs apart
     assert "Drift over 6 steps" in page and "first wrong call (call 4)" in page
+
+
+def test_the_error_per_step_is_the_compiled_codes_worst_output_with_eagers_beside_it() -> None:
+    def out(err_c: float, err_e: float, size: float = 1.0) -> dict[str, Any]:
+        return {"err_c": err_c, "err_e": err_e, "size": size}
+
+    checks = [{"rc": ["Net.forward", 0], "ph": "fw", "outs": [out(1e-7, 2e-7), out(4e-6, 1e-6, 2.0)]},
+              {"rc": ["Net.forward", 0], "ph": "bw", "outs": [out(1e-6, 1e-6)]},
+              {"rc": ["Net.forward", 1], "ph": "fw", "outs": [], "unjudged": "a subclass"},
+              {"rc": ["Net.forward", 2], "ph": "fw", "outs": [out(3e-3, 1e-7)]}]
+    assert _check_errors(checks) == [{"step": 0, "c": 2e-6, "e": 5e-7}, {"step": 2, "c": 3e-3, "e": 1e-7}]
 
 
 @pytest.mark.slow

@@ -83,21 +83,23 @@ def _measure_name(calls: list[tuple[int, float, bool]]) -> str:
 
 
 def _check_errors(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per judged call: its step (the region call it ran in), phase, and the compiled and eager errors from float64
-    relative to the value's size (its worst output)."""
-    points = []
+    """Per step (the region call the judged calls ran in): the compiled and eager errors from float64, relative to
+    the value's size, of the output furthest from float64 in the compiled code over that step's judged calls
+    (forward and backward), eager's for that same output beside it."""
+    by_step: dict[int, dict[str, Any]] = {}
     for check in checks:
         if check.get("unjudged") or not check.get("outs") or not check.get("rc"):
             continue
-        worst_c = worst_e = 0.0
+        step = int(check["rc"][1])
         for out in check["outs"]:
             scale = out.get("size") or out.get("scale") or 0.0
             if not scale or out.get("problem"):
                 continue
-            worst_c = max(worst_c, float(out.get("err_c") or 0.0) / scale)
-            worst_e = max(worst_e, float(out.get("err_e") or 0.0) / scale)
-        points.append({"step": int(check["rc"][1]), "phase": check.get("ph", "fw"), "c": worst_c, "e": worst_e})
-    return points
+            point = {"step": step, "c": float(out.get("err_c") or 0.0) / scale,
+                     "e": float(out.get("err_e") or 0.0) / scale}
+            if step not in by_step or point["c"] > by_step[step]["c"]:
+                by_step[step] = point
+    return [by_step[step] for step in sorted(by_step)]
 
 
 # ---- drawing ------------------------------------------------------------------------------------------
@@ -119,9 +121,9 @@ def drift_section(drift: dict[str, Any]) -> str:
                    "relative error", log=True, ys=[y for _, y in compiled + eager + apart if y > 0],
                    marker=drift.get("wrong_at"))
     caption = (f"Top: each run's output of {drift['region']} per call (one call per step in a training loop). "
-               "Bottom (log scale): each judged call's own error, its largest distance from float64 relative to the "
-               "value's size, for the compiled code and for eager on the very same inputs; and how far apart the two "
-               "runs' outputs are, relative to their size. Runs that part while both errors stay together drift by "
+               "Bottom (log scale): per step, the judged calls' own error, the distance from float64 relative to the "
+               "value's size of the output the compiled code got furthest from it, beside eager's for that output on "
+               "the very same inputs; and how far apart the two runs' outputs are, relative to their size. Runs that part while both errors stay together drift by "
                "rounding; a compiled point far above eager's is the compiler's.")
     if drift.get("wrong_at") is not None:
         caption += f" The dashed line marks the first wrong call (call {drift['wrong_at']})."
