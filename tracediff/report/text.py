@@ -59,7 +59,10 @@ def render_text(report: dict[str, Any]) -> str:
     elif report["verdict"] == "match" and same_inputs:
         drift = report.get("drift")
         where = f" at {drift['source']}" if drift and drift.get("source") else ""
-        lines.append("  every compiled call is as close to float64 as eager on its own inputs"
+        made = same_inputs.get("calls_made")
+        sampled = made is not None and made > same_inputs.get("calls", 0)
+        lines.append(f"  every {'judged ' if sampled else ''}compiled call is as close to float64 as eager on its own "
+                     "inputs"
                      + (f"; the runs drift apart from {drift['op']}{where}: rounding, not the compiler"
                         if drift else ""))
     elif report["verdict"] == "match":
@@ -115,8 +118,10 @@ def render_text(report: dict[str, Any]) -> str:
 def _render_same_inputs(same_inputs: dict[str, Any]) -> list[str]:
     """What judging each compiled call on its own inputs came to; the first wrong call's wrong outputs."""
     backward = f", {same_inputs['backward_calls']} compiled backward(s)" if same_inputs.get("backward_calls") else ""
-    lines = ["", f"same inputs: {same_inputs['calls']} call(s) of {same_inputs['graphs']} compiled graph(s){backward} "
-                 f"re-run uncompiled and in float64; {same_inputs['wrong_calls']} wrong"]
+    made = same_inputs.get("calls_made")
+    of_made = f" (of {made} made; {same_inputs.get('policy')})" if made is not None and made > same_inputs["calls"] else ""
+    lines = ["", f"same inputs: {same_inputs['calls']} call(s){of_made} of {same_inputs['graphs']} compiled graph(s)"
+                 f"{backward} re-run uncompiled and in float64; {same_inputs['wrong_calls']} wrong"]
     wrong = same_inputs.get("first_wrong")
     if wrong:
         region = wrong.get("region_call")
