@@ -149,6 +149,18 @@ def test_a_drift_plot_draws_both_runs_and_each_calls_own_error() -> None:
     assert "Drift over 6 steps" in page and "first wrong call (call 4)" in page
 
 
+def test_a_match_says_which_calls_it_does_not_cover() -> None:
+    from tracediff.diff.same_inputs import SameInputFindings
+
+    sampled = SameInputFindings(calls=40, backward_calls=40, graphs=1, wrong_calls=0, first_wrong=None,
+                                policy="time budget", calls_made=300)
+    assert "260 of the 300 compiled calls were not judged (time budget)" in str(sampled.skipped_note())
+    assert "(judged of 300 made" in sampled.summary()
+    every = SameInputFindings(calls=300, backward_calls=300, graphs=1, wrong_calls=0, first_wrong=None,
+                              calls_made=300)
+    assert every.skipped_note() is None and "made" not in every.summary()
+
+
 def test_the_error_per_step_is_the_compiled_codes_worst_output_with_eagers_beside_it() -> None:
     def out(err_c: float, err_e: float, size: float = 1.0) -> dict[str, Any]:
         return {"err_c": err_c, "err_e": err_e, "size": size}

@@ -185,6 +185,8 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
         notes.append(f"each of the {findings.summary()} is as close to float64 as eager on its own inputs")
     if findings is not None and findings.unjudged_note():
         notes.append(str(findings.unjudged_note()))
+    if findings is not None and findings.first_wrong is None and findings.skipped_note():
+        notes.append(str(findings.skipped_note()))
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
     children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))

@@ -112,6 +112,15 @@ class SameInputFindings:
         return (f"{self.unjudged} compiled call(s) could not be judged on their own inputs (the first: "
                 f"{self.unjudged_reason})" + ("" if self.judged else "; the traces alone decided"))
 
+    def skipped_note(self) -> str | None:
+        """Where calls were left unjudged by choice (the light mode's budget): what the verdict does not cover."""
+        if self.calls_made is None or self.calls_made <= self.calls:
+            return None
+        skipped = self.calls_made - self.calls
+        return (f"{skipped} of the {self.calls_made} compiled calls were not judged ({self.policy}): a fault in "
+                "those alone would go unseen here (a fault in every call of a graph shows at its first call, which "
+                "is always judged); `tracediff run` without --light judges every call")
+
     def summary(self) -> str:
         backward = f" and {self.backward_calls} compiled backward(s)" if self.backward_calls else ""
         sampled = ""
