@@ -249,8 +249,9 @@ def test_regions_are_recorded_under_eager_too(tmp_path: Path) -> None:
     net = Net()
     with tracediff.record(tmp_path / "t.jsonl", backend="eager"):
         compiled = torch.compile(net)
-        assert compiled is net  # eager: the module itself, unchanged
+        assert compiled._orig_mod is net and compiled.block is net.block  # eager: the module itself, wrapped
         compiled(torch.randn(2, 4))
+        net(torch.randn(2, 4))  # called directly, not through torch.compile's result: no region, as under inductor
         compiled(torch.randn(2, 4))
     trace, records = read_trace(tmp_path / "t.jsonl")
     regions = [(r["ev"], r["name"], r["call"]) for r in records if r["t"] == "region"]
@@ -508,3 +509,19 @@ def test_a_view_of_an_unchanged_base_is_read_once_and_again_after_a_write(tmp_pa
     # Both complex views of z, as read where they are first read (a conjugate one by the clone resolving it):
     complex_views = [t["fp"]["sum"] for r in ops for t in r["in"] if t["dt"] == "complex64" and "b" in t]
     assert sorted(complex_views) == [6 - 15, 6 + 15]
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+def test_nested_tensors_are_recorded_by_their_values(tmp_path: Path, layout: torch.layout) -> None:
+    """A nested tensor has no single shape (a strided one no `sizes` at all): it is recorded by its values buffer,
+    and the program goes on (issue 48: `nn.TransformerEncoder`'s fast path crashed the recording)."""
+    parts = [torch.arange(6.0).reshape(2, 3), torch.ones(4, 3)]
+    with tracediff.record(tmp_path / "t.jsonl"):
+        nested = torch.nested.nested_tensor(parts, layout=layout)
+        doubled = nested * 2
+    assert torch.equal(doubled.unbind()[1], torch.full((4, 3), 2.0))
+    described = [t for r in _ops(tmp_path / "t.jsonl") for t in r["out"] if t.get("nt")]
+    assert described and all(t["nt"] == str(layout).removeprefix("torch.") for t in described)
+    last = described[-1]
+    assert last["sh"] == ([18] if layout == torch.strided else [6, 3])
+    assert last["fp"]["sum"] == pytest.approx(2 * (15 + 12))

@@ -6,7 +6,8 @@ the eager-executing backend), chosen by environment variables so that the
 same script serves every fault:
 
     TRACEDIFF_PLANT       "G:N:SCALE"  scale eligible node N of the G-th graph compiled in
-                          this process (0 = the first forward graph)
+                          this process (0 = the first forward graph), and the same node (op, line,
+                          which of that op at that line) in any graph compiled after it
     TRACEDIFF_PLANT_LIST  a file: append one JSON line per eligible node (the benchmark's menu)
     TRACEDIFF_PLANT_OUT   a folder: the script's results are saved there, as `a.pt` by a run the
                           fault never touched and `b.pt` by the first run it did
@@ -67,6 +68,9 @@ class PlantedFault(CustomGraphPass):
     listing: str | None
     graphs: int = 0
     planted: list[str] = field(default_factory=list)
+    # The planted node as any graph compiled later can hold it too: a compiler bug in an op is there wherever
+    # the backend compiles that op again (the judge's prefix search compiles parts of the faulty graph).
+    signature: tuple[str, str | None, bool, int] | None = None
 
     @classmethod
     def from_env(cls) -> PlantedFault:
@@ -87,9 +91,15 @@ class PlantedFault(CustomGraphPass):
                 for k, node in enumerate(nodes):
                     f.write(json.dumps({"graph": index, "node": k, "name": node.name, "op": _op_name(node),
                                         "source": source_of(node), "backward": backward}) + "\n")
-        if self.plant is None or self.plant[0] != index or self.plant[1] >= len(nodes):
+        if self.plant is None:
             return
-        node = nodes[self.plant[1]]
+        if self.plant[0] == index and self.plant[1] < len(nodes):
+            node = nodes[self.plant[1]]
+            self.signature = _signature(node, nodes, backward)
+        else:
+            node = next((n for n in nodes if _signature(n, nodes, backward) == self.signature), None)
+            if node is None:
+                return
         with graph.inserting_after(node):
             scaled = graph.call_function(torch.ops.aten.mul.Tensor, (node, self.plant[2]))
         scaled.meta.update(node.meta)  # a pass keeps the node's provenance
@@ -101,6 +111,14 @@ class PlantedFault(CustomGraphPass):
         with open(__file__, "rb") as f:
             text = f.read()
         return hashlib.sha256(text + repr((self.plant, self.listing)).encode()).digest()
+
+
+def _signature(node: torch.fx.Node, nodes: list[torch.fx.Node], backward: bool) -> tuple[str, str | None, bool, int]:
+    """A node as another graph holding the same op from the same line holds it: its op, source line, whether the
+    graph is a backward, and which of the eligible nodes with that op and line it is."""
+    op, source = _op_name(node), source_of(node)
+    same = [n for n in nodes if _op_name(n) == op and source_of(n) == source]
+    return op, source, backward, same.index(node)
 
 
 def _fault() -> PlantedFault:

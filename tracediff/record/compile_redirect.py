@@ -34,6 +34,28 @@ def _label(model: Any, region: int) -> str:
     return f"{name} (region {region})"
 
 
+class UncompiledModule(torch.nn.Module):
+    """What `torch.compile(module)` gives under a backend that compiles nothing (`eager`, `tracediff fix`'s "no
+    compile"): a module around the user's, as torch's OptimizedModule is, so that only calls made through it are
+    the compiled region's calls, as under a backend that compiles; the user's module called directly is not one.
+    The module stack passes over it as over an OptimizedModule (record/modules.py)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self._orig_mod = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "_orig_mod":
+                raise
+            return getattr(self._orig_mod, name)
+
+
 class CompileRedirect:
     """Context manager: while active, `torch.compile` uses `backend` and records regions."""
 
@@ -76,7 +98,7 @@ class CompileRedirect:
         if self.recorder is None:
             return compiled if self.wrap is None else self.wrap(model, compiled)
         if isinstance(model, torch.nn.Module):
-            return self._wrap_module(model, compiled, region)
+            return self._wrap_module(model, UncompiledModule(model) if compiled is model else compiled, region)
         return self._wrap_function(model, compiled, region)
 
     def _compile(self, model: Any, kwargs: dict[str, Any], region: int = 0) -> Any:

@@ -390,6 +390,8 @@ class TraceRecorder(TorchDispatchMode):
         their base's version counter, so the writes it missed are counted on the base.
         A functional collective's output is not read until `wait_tensor` completes it.
         """
+        if t.is_nested:
+            return self._describe_nested(arg, t, take_fingerprint, mutated or written)
         found = self._tensor_table.get(identity(t))  # `self._tensor_ids.get(t)`, inlined: every tensor of every op
         entry = found[1] if found is not None and found[0]() is t else self._new_entry(t)
         if take_fingerprint and self._in_flight and entry[0] in self._in_flight:
@@ -450,6 +452,30 @@ class TraceRecorder(TorchDispatchMode):
         if garbage:
             described["uninit"] = True
         return described
+
+    def _describe_nested(self, arg: str, t: torch.Tensor, take_fingerprint: bool, written: bool) -> dict[str, Any]:
+        """A nested tensor (`torch.nested`, the fast path of `nn.TransformerEncoder` with a padding mask) by what can
+        be read: its values buffer's shape and fingerprint, and its layout (`nt`). It has no single shape (a ragged
+        dimension), and a strided one no `sizes` at all."""
+        entry = self._entry(t)
+        try:
+            version: int | None = t._version + (1 if written else 0)
+        except RuntimeError:
+            version = None
+        fp = None
+        try:
+            values = t.values()
+        except RuntimeError:  # a layout without a values buffer to read: unknown, never the program's error
+            values = None
+        if take_fingerprint and values is not None:
+            if not written and version is not None and entry[1] == version:
+                fp = entry[2]
+            else:
+                fp = self._fingerprint(values.detach())
+                entry[1], entry[2] = version, fp
+        return {"a": arg, "id": entry[0], "v": version, "dt": _dtype_name(t.dtype),
+                "sh": [int(n) for n in values.shape] if values is not None else [], "dev": str(t.device), "fp": fp,
+                "nt": str(t.layout).removeprefix("torch.")}
 
     def _view_fingerprint(self, t: torch.Tensor, base_id: int, version: int) -> Fingerprint | None:
         """A view's fingerprint, read once per value of its base and geometry: a view shares its base's

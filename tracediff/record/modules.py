@@ -45,7 +45,7 @@ class ModuleStack:
         # Module calls on other threads are not this recording's (the dispatch mode is thread-local).
         self._thread: int | None = None
         # dynamo's OptimizedModule and its "inside one" check, looked up once (`__enter__`), not per module call.
-        self._optimized_module: type = type(None)
+        self._optimized_module: type | tuple[type, ...] = type(None)
         self._in_optimized_module: Any = _never
 
     # -- names ----------------------------------------------------------------------
@@ -121,7 +121,9 @@ class ModuleStack:
         from torch.nn.modules import module as module_hooks
 
         self._thread = threading.get_ident()
-        self._optimized_module = eval_frame.OptimizedModule
+        from tracediff.record.compile_redirect import UncompiledModule
+
+        self._optimized_module = (eval_frame.OptimizedModule, UncompiledModule)
         self._in_optimized_module = getattr(eval_frame, "_is_in_optimized_module", _never)
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._enter),
