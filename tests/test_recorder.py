@@ -6,6 +6,7 @@ import gc
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -525,3 +526,27 @@ def test_nested_tensors_are_recorded_by_their_values(tmp_path: Path, layout: tor
     last = described[-1]
     assert last["sh"] == ([18] if layout == torch.strided else [6, 3])
     assert last["fp"]["sum"] == pytest.approx(2 * (15 + 12))
+
+
+def test_a_failure_of_the_recorder_is_its_own_and_the_program_goes_on(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """tracediff's own error while recording an op never reaches the program: the op runs, its record is lost,
+    and the footer says so (issue 48)."""
+    from tracediff.record.mode import TraceRecorder
+
+    write_op = TraceRecorder._write_op
+
+    def broken(self: TraceRecorder, info: Any, *rest: Any) -> None:
+        if info.name.startswith("aten::cos"):
+            raise RuntimeError("a tensor tracediff cannot read")
+        write_op(self, info, *rest)
+
+    monkeypatch.setattr(TraceRecorder, "_write_op", broken)
+    x = torch.randn(8)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        y = torch.cos(x).sin()
+    assert torch.equal(y, torch.cos(x).sin())
+    trace, records = read_trace(tmp_path / "t.jsonl")
+    assert [r["op"] for r in records if r["t"] == "op"] == ["aten::sin"]
+    assert trace.footer["recorder_failures"] == {"count": 1,
+                                                 "first": "aten::cos: RuntimeError: a tensor tracediff cannot read"}

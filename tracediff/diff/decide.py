@@ -189,6 +189,11 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
         notes.append(str(findings.skipped_note()))
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
+    for label, footer in zip("AB", (result.a.footer, result.b.footer)):
+        failures = (footer or {}).get("recorder_failures")
+        if failures:
+            notes.append(f"run {label}: tracediff failed to record {failures.get('count')} op(s), its own failure, not "
+                         f"the script's (the first: {failures.get('first')}); they are missing from the trace")
     children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))
     if children:
         notes.append(f"{children} forked child process(es) (e.g. DataLoader workers) ran ops that are not recorded: "

@@ -330,6 +330,9 @@ class TraceRecorder(TorchDispatchMode):
         self._in_flight: set[int] = set()  # ids of functional collectives' outputs not yet waited for
         self._seq = 0
         self.ops = 0
+        # Ops tracediff failed to record (its own error, never the program's): how many, and the first.
+        self.failures = 0
+        self.first_failure: str | None = None
         self.kernels = 0  # generated kernel launches: tells a run that ran inductor's code (narrowing)
         # Region stack: (region root module name) for each compiled region we are in.
         self._regions: list[str | None] = []
@@ -830,6 +833,10 @@ class TraceRecorder(TorchDispatchMode):
                     # The host is about to wait for the device (for the current stream: the op runs there): its time
                     # is free.
                     self.write_held(while_busy=True, whole_stream=waited)
+        except Exception as e:  # noqa: BLE001 - tracediff's own failure: the op runs unrecorded, the program goes on
+            self._internal = False
+            self.failed(info.name, e)
+            return func(*args, **kwargs)
         finally:
             self._internal = False
 
@@ -868,6 +875,8 @@ class TraceRecorder(TorchDispatchMode):
                     if info.uninitialized or out["a"] in info.scratch_outputs:
                         out["uninit"] = True
             self._write_op(info, args, kwargs, inputs, outputs)
+        except Exception as e:  # noqa: BLE001 - as above: the op ran, its record is lost
+            self.failed(info.name, e)
         finally:
             self._internal = False
         return result
@@ -992,6 +1001,13 @@ class TraceRecorder(TorchDispatchMode):
         recorded without the judge."""
         self._emit({"t": CHECK, "at": self._seq, "d": self.modules.depth + len(self._regions),
                     "m": self.modules.current or self.region_root, **record})
+
+    def failed(self, what: str, error: Exception) -> None:
+        """tracediff could not record `what` (an op's name): counted for the footer, the first one kept."""
+        self.failures += 1
+        if self.first_failure is None:
+            text = str(error).strip()
+            self.first_failure = f"{what}: {type(error).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
     # -- lifetime ------------------------------------------------------------------
 

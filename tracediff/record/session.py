@@ -224,6 +224,9 @@ class RecordingSession:
             "local_modules": local_modules(self.script_dir) if self.script_dir else [],
             # Read only where the script compiled: the tables hold thousands of entries (about 2 ms).
             "compiler_customizations": compiler_customizations() if self.redirect.compile_calls else no_customizations(),
+            # Ops tracediff failed to record, its own error (the program went on): how many, and the first.
+            **({"recorder_failures": {"count": self.recorder.failures, "first": self.recorder.first_failure}}
+               if self.recorder.failures else {}),
             # Calls judged on their own inputs, of those made (the light mode judges within a time budget).
             **({"judging": self.judge.summary()} if self.judge is not None else {}),
             # One rank of several: the process group's backend (gloo, nccl), known once the script made one.

@@ -226,5 +226,7 @@ class Footer(TypedDict, total=False):
     # What the script changed in inductor (record/customizations.py): {"decompositions", "lowerings", "passes"}
     compiler_customizations: dict[str, list[str]]
     process_group: dict[str, Any]  # one rank of several: {"backend": "gloo", "size": 2}
+    # Ops tracediff failed to record (its own error; the program went on): {"count", "first"}
+    recorder_failures: dict[str, Any]
     # A judged run: {"policy": "every call" | "time budget" | "window", "calls", "judged", "spent_s"} (forward calls)
     judging: dict[str, Any]
