@@ -164,3 +164,27 @@ def test_clean_models_match_under_inductor(run_fixture, fixture: str) -> None:
     assert result.exit_code == 0, result.stdout
     assert result.report["verdict"] == "match"
     assert result.report["compiled"] is True
+
+
+def test_the_unknown_backend_message_lists_the_backends_people_use() -> None:
+    result = invoke("run", str(FIXTURES / "clean_mlp.py"), "--backends", "eager,not_a_backend")
+    _one_line_error(result, "unknown backend")
+    assert "inductor" in result.stderr and "aot_eager" in result.stderr and "TESTING_ONLY" not in result.stderr
+
+
+def test_a_script_that_does_not_compile_is_one_line_before_any_run(tmp_path: Path) -> None:
+    script = tmp_path / "typo.py"
+    script.write_text("import torch\nx = torch.randn(3)\nif x.sum() > 0\n    print(x)\n")
+    result = invoke("run", str(script), "--backends", "eager,aot_eager", "--out-dir", str(tmp_path / "out"))
+    _one_line_error(result, f"{script}:3: SyntaxError: expected ':'")
+    assert not (tmp_path / "out").exists()  # nothing was recorded
+
+
+def test_a_script_that_exits_before_its_work_is_said_so(tmp_path: Path) -> None:
+    script = tmp_path / "early_exit.py"
+    script.write_text("import sys\nimport torch\nsys.exit(0)\ntorch.compile(torch.sin)(torch.randn(3))\n")
+    report = invoke("run", str(script), "--backends", "eager,aot_eager", "--out-dir", str(tmp_path / "out"),
+                    "--format", "json").report
+    assert report["verdict"] == "match"
+    assert any("neither run recorded any tensor op" in note for note in report["notes"])
+    assert not any("same program" in note for note in report["notes"])

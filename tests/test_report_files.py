@@ -74,11 +74,21 @@ def test_run_that_fails_writes_junit_error_and_html(tmp_path: Path) -> None:
 
 
 def test_unwritable_html_path_is_a_usage_error_before_running(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
     result = invoke("run", str(FIXTURES / "wrong_decomposition.py"), "--backends", f"eager,{WRONG}",
-                    "--out-dir", str(tmp_path / "out"), "--html", str(tmp_path / "missing" / "r.html"))
+                    "--out-dir", str(tmp_path / "out"), "--html", str(tmp_path / "a-file" / "r.html"))
     assert result.exit_code == 2
-    assert "does not exist" in result.stderr and "Traceback" not in result.stderr
+    assert "is not a directory" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_an_html_report_inside_the_out_dir_to_be_made_is_written(tmp_path: Path) -> None:
+    """`--html out/report.html --out-dir out`: the folder the run makes anyway (issue 48: it was refused)."""
+    html = tmp_path / "out" / "report.html"
+    result = invoke("run", str(FIXTURES / "wrong_decomposition.py"), "--backends", f"eager,{WRONG}",
+                    "--out-dir", str(tmp_path / "out"), "--html", str(html))
+    assert result.exit_code == 1, result.stderr
+    assert 'class="badge diverged"' in html.read_text(encoding="utf-8")
 
 
 # ---- in a real browser -------------------------------------------------------------------------

@@ -2262,3 +2262,13 @@ def test_an_input_whose_sketch_differs_is_no_value_computed_as_a_does(tmp_path: 
     first = _eager_against_inductor(tmp_path, _tied_embedding_gradient)
     assert "then changes it" not in (first["note"] or ""), first["note"]
     assert "m.py:276" in [c["source"] for c in first["candidates"]], first
+
+
+def test_a_place_without_a_source_line_is_not_said_to_be_at_none() -> None:
+    """Structure lines and notes print `at file:line` only where it is known (issue 48: `at None`)."""
+    from tracediff.diff.place import Place
+
+    region = Place.of({"t": "region", "i": 83, "ev": "enter", "name": "Net.forward", "call": 0})
+    assert region.at == "" and f"only in A: {region.op}{region.at} (#{region.index})" == \
+        "only in A: region enter Net.forward (call 0) (#83)"
+    assert Place.of({"t": "op", "i": 3, "op": "aten::cos", "src": "net.py:12"}).at == " at net.py:12"

@@ -168,5 +168,5 @@ class Amplified:
             return None
         p = self.first.place
         return (f"{self.values} value(s) differ only by amplified differences below the tolerance, never reaching "
-                f"a compiled region's output beyond it; first: {p.op} at {p.source} (#{p.index}): "
+                f"a compiled region's output beyond it; first: {p.op}{p.at} (#{p.index}): "
                 f"{self.first.describe()}")

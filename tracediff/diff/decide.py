@@ -170,8 +170,14 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     if not compiled and not failed and not determinism_check:
         notes.append("the script never reached torch.compile: both runs were plain eager, "
                      "so this comparison says nothing about a compiler")
-    if result.paired == 0 and not failed:
-        notes.append("no op of A could be paired with one of B: are these recordings of the same program?")
+    # A light recording (record/scope.py) holds compiled calls only: none paired is a script that never compiled.
+    calls_only = any((h.get("scope") or {}).get("kind") == "calls" for h in (result.a.header, result.b.header))
+    recorded = sum((footer or {}).get("ops", 0) + (footer or {}).get("kernels", 0)
+                   for footer in (result.a.footer, result.b.footer))
+    if result.paired == 0 and not failed and not calls_only:
+        notes.append("no op of A could be paired with one of B: are these recordings of the same program?" if recorded
+                     else "neither run recorded any tensor op: the script ended before its work (an early "
+                          "`sys.exit(0)`, a `__main__` guard that did not run?), so there was nothing to compare")
     if first is not None and draws_random(first.a.op):
         notes.append(f"{first.a.op} draws random numbers (dropout, sampling): its outputs "
                      "may differ because the two runs drew different ones (a compiled graph may consume the generator "

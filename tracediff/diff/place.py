@@ -86,6 +86,11 @@ class Place:
     def as_dict(self) -> dict[str, Any]:
         return {"op": self.op, "index": self.index, "source": self.source, "module": self.module, "code": self.code}
 
+    @property
+    def at(self) -> str:
+        """` at file.py:12`, or nothing where the source is unknown (a region's record, torch's own code)."""
+        return f" at {self.source}" if self.source else ""
+
 
 # Outputs that hold Inf by design: fused attention's logsumexp ("1") is padded with
 # Inf past the sequence length (CUDA's memory-efficient kernel rounds it up to 32).

@@ -583,7 +583,7 @@ class _LooseEntries:
                     continue  # made by an update whose writes were not read (AdamW's foreach step): judged apart
                 places = tuple(c.place for c in made if not c.moves and not only_moves(c.place.op))
                 if places:
-                    how = (f"{Place.of(ra).op} (#{ra['i']}) read the value of {places[-1].op} at {places[-1].source}, "
+                    how = (f"{Place.of(ra).op} (#{ra['i']}) read the value of {places[-1].op}{places[-1].at}, "
                            f"which no record of B pairs with, {comparison.rel_diff:.2g} off relative (beyond rtol, "
                            "small values within atol)")
                     found.append(_LooseEntry(places, Place.of(ra), comparison.rel_diff, how))
@@ -847,7 +847,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     def example(side: str, record: dict[str, Any]) -> None:
         if (record["t"] == REGION or not compiled) and len(result.structure) < _STRUCTURE_EXAMPLES:
             place = Place.of(record)
-            result.structure.append(f"only in {side}: {place.op} at {place.source} (#{place.index})")
+            result.structure.append(f"only in {side}: {place.op}{place.at} (#{place.index})")
 
     for ra in Trace(a.path):
         if sample is not None and result.first is not None:
@@ -1218,7 +1218,7 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
     if made_b.place.source != made_a.source or made_a.source == seen.source:
         return None
     note = (f"the output of {made_a.op} agrees, but B changes it before {seen.op} (#{seen.index}) reads it: B runs "
-            f"{made_b.describe()} at {made_b.place.source} (#{made_b.place.index}), which A does not; "
+            f"{made_b.describe()}{made_b.place.at} (#{made_b.place.index}), which A does not; "
             f"{seen.op}'s output kept the change within the tolerance")
     return Divergence(_kind(bad), made_a, made_b.place, (made_a,), bad, False, note, observed=seen)
 
@@ -1298,7 +1298,7 @@ def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: 
         return Divergence(_kind(bad), seen, Place.of(rb), (seen,), bad, False, note, program_input=True)
     if made_b is not None and made_b.place.index != rb["i"]:
         note = (f"the output of {made_a.op} agrees, but B changes it before {seen.op} (#{seen.index}) reads it: "
-                f"B runs {made_b.describe()} at {made_b.place.source} (#{made_b.place.index}), which A does not")
+                f"B runs {made_b.describe()}{made_b.place.at} (#{made_b.place.index}), which A does not")
     else:
         note = f"the output of {made_a.op} agrees, but differs by the time {seen.op} (#{seen.index}) reads it"
     return Divergence(_kind(bad), made_a, made_b.place if made_b else Place.of(rb), (made_a,), bad, False, note,
@@ -1339,7 +1339,7 @@ def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], view
     seen = Place.of(ra)
     note = (f"only views of A ({', '.join(v.place.op for v in views)}) stand between values that agree and "
             f"{seen.op} (#{seen.index}), and a view cannot change a value: B changes it with "
-            f"{changed.describe()} at {changed.place.source} (#{changed.place.index}), which A does not run")
+            f"{changed.describe()}{changed.place.at} (#{changed.place.index}), which A does not run")
     others = _fused_elsewhere(changed, a, seen, walker, b_side)
     if others:
         note += f"; it fuses ops of other lines too ({', '.join(p.source or '?' for p in others)}): candidates"

@@ -70,7 +70,23 @@ def check_script(script: str) -> Path:
         raise UserError(f"{script}: no such script")
     if path.is_dir():
         raise UserError(f"{script}: is a directory, expected a Python script")
+    check_syntax(path)
     return path
+
+
+def check_syntax(path: Path) -> None:
+    """A script Python cannot even compile fails here, in one line, before any run is recorded."""
+    try:
+        source = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:  # IndentationError and TabError are SyntaxErrors
+        where = f"{path}:{e.lineno}" if e.lineno else str(path)
+        raise UserError(f"{where}: {type(e).__name__}: {e.msg} (the script does not compile; nothing was run)") from None
+    except ValueError as e:  # null bytes in the source
+        raise UserError(f"{path}: {e} (the script does not compile; nothing was run)") from None
 
 
 def new_run_dir(base: str | os.PathLike[str] | None) -> Path:

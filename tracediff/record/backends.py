@@ -63,9 +63,11 @@ def resolve_backend(name: str) -> Backend:
 
     known = torch._dynamo.list_backends(exclude_tags=())
     if name not in known:
+        # The ones people use: torch's listed backends and the aot_eager family; not its debug and test-only ones.
+        usual = set(torch._dynamo.list_backends()) | {k for k in known if k.startswith("aot_eager")}
         raise UserError(
-            f"unknown backend {name!r}; known: eager, dynamo, {', '.join(sorted(set(known) - {EAGER}))}, "
-            "or pkg.module:attr"
+            f"unknown backend {name!r}; known: eager, dynamo, {', '.join(sorted(usual - {EAGER}))}, "
+            "or pkg.module:attr (torch's debug backends too: torch._dynamo.list_backends(exclude_tags=()))"
         )
     return Backend(name, name)
 

@@ -14,12 +14,18 @@ from typing import Any
 
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError
-from tracediff.outputs import check_file
+from tracediff.outputs import check_file, ensure_dir
 
 
 def check_output_path(path: str | None, option: str) -> Path | None:
-    """The path to write, or a UserError if it cannot be a file we can create."""
-    return None if path is None else check_file(path, option)
+    """The path to write, or a UserError if it cannot be a file we can create. Its directory is created if
+    missing, as `--out-dir` is (`--html out/report.html --out-dir out` names a folder the run will make)."""
+    if path is None:
+        return None
+    parent = Path(path).parent
+    if not parent.exists():
+        ensure_dir(parent, option)
+    return check_file(path, option)
 
 
 def write_report_files(report: dict[str, Any], sample: AlignmentSample | None, html: Path | None,
