@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -321,3 +323,15 @@ def test_the_text_report_says_how_the_narrowing_ended() -> None:
     assert narrowing_outcome({"result": "vanished", "fusion_effect": "wrong_result"}) == \
         "vanished, fusion effect: wrong_result"
     assert narrowing_outcome({"result": "moved"}) == "moved"
+
+
+def test_the_narrowing_rerun_keeps_torchs_cache_warning_to_itself(tmp_path: Path) -> None:
+    """The re-run turns inductor's caches off on purpose; torch's `dynamo_pgo force disabled` warning about it
+    is not the user's to read (issue 48)."""
+    script = tmp_path / "sin.py"
+    script.write_text("import torch\nprint(torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.randn(8)).sum())\n")
+    done = subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "inductor", "--materialize",
+                           "--out", str(tmp_path / "t.jsonl"), str(script)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "dynamo_pgo" not in done.stderr + done.stdout

@@ -20,6 +20,7 @@ CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM (tests/test_torch_pins.py).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,7 +53,9 @@ def materialize_all() -> Iterator[None]:
     GraphLowering.run_node = run_node  # type: ignore[method-assign,assignment]
     CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM = 0
     try:
-        with inductor_config.patch(_KNOBS):
+        with inductor_config.patch(_KNOBS), warnings.catch_warnings():
+            # The caches are off on purpose (each kernel compiled anew): torch's warning about it is not the user's.
+            warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
             yield
     finally:
         GraphLowering.run_node = original_run_node  # type: ignore[method-assign]
