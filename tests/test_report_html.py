@@ -146,3 +146,20 @@ def test_series_keeps_the_largest_value_per_bucket() -> None:
     assert len(series.points) <= 8
     peaks = [(x, y) for x, y in series.points if y == 1.0]
     assert len(peaks) == 1 and peaks[0][0] <= 637 < peaks[0][0] + series.width
+
+
+def test_a_divergent_op_outside_the_rows_kept_still_has_its_row(tmp_path: Path) -> None:
+    """A same-input verdict names an op far from the traces' own first difference, outside the window of rows the
+    sample kept: the page reads it from trace A and shows it, so the jump buttons land on it (issue 48)."""
+    from tracediff.report.files import with_divergent_row
+
+    report, data, _ = _page(tmp_path, n_ops=400, wrong_at=390, context=5, max_rows=20)
+    report["first_divergence"]["index"] = 3  # an op of A before the window kept around #390
+    assert not any(r["a"] and r["a"]["index"] == 3 for r in data["rows"])
+    page = render_html(report, with_divergent_row(report, data))
+    row = _row(page, "divergent")
+    assert "FIRST DIVERGENCE" in row and "m.py:2" in row
+    assert "outside the window of aligned rows" in page
+    # Without the traces, the note itself is the jump's target.
+    report["traces"] = [str(tmp_path / "gone.jsonl"), str(tmp_path / "gone.jsonl")]
+    assert 'id="divergent"' in render_html(report, with_divergent_row(report, data))

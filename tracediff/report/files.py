@@ -35,7 +35,8 @@ def write_report_files(report: dict[str, Any], sample: AlignmentSample | None, h
         from tracediff.report.drift import read_drift
         from tracediff.report.html import render_html
 
-        page = render_html(report, sample.as_dict() if sample is not None else None, read_drift(report))
+        shown = sample.as_dict() if sample is not None else None
+        page = render_html(report, with_divergent_row(report, shown), read_drift(report))
         _write(html, page, "--html")
         echo(f"tracediff: wrote HTML report {html}")
     if junit is not None:
@@ -43,6 +44,31 @@ def write_report_files(report: dict[str, Any], sample: AlignmentSample | None, h
 
         _write(junit, render_junit(report), "--junit")
         echo(f"tracediff: wrote JUnit XML {junit}")
+
+
+def with_divergent_row(report: dict[str, Any], sample: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The sample with trace A's divergent record as `divergent_row` where the rows kept around the traces' own
+    first difference do not hold it (a same-input verdict names an op elsewhere): the page always has the row its
+    jump buttons go to."""
+    index = (report.get("first_divergence") or {}).get("index")
+    if sample is None or index is None or not report.get("traces"):
+        return sample
+    if any(row["a"] and row["a"]["index"] == index for row in sample["rows"]):
+        return sample
+    from tracediff.diff.place import Place
+    from tracediff.errors import TraceFormatError
+    from tracediff.trace.reader import Trace
+
+    try:
+        record = next((r for r in Trace(report["traces"][0]) if r.get("i") == index), None)
+    except (OSError, TraceFormatError):
+        return sample
+    if record is None:
+        return sample
+    place = Place.of(record)
+    row = {"n": None, "a": {**place.as_dict(), "path": place.path}, "b": None, "status": "differ",
+           "rel_diff": (report.get("first_divergence") or {}).get("rel_diff")}
+    return {**sample, "divergent_row": row}
 
 
 def _write(path: Path, text: str, option: str) -> None:

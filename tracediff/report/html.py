@@ -427,8 +427,17 @@ def _table_section(report: dict[str, Any], sample: dict[str, Any]) -> str:
         out.append(f'<p class="omitted">rows 0 to {rows[0]["n"] - 1} omitted (they come before the window '
                    "around the divergence; the plot above covers them)</p>")
     found = any(r["a"] and r["a"]["index"] == first_index for r in rows)
-    if first and not found:
-        out.append(f'<p class="omitted">the divergent op #{_e(first_index)} is outside the rows shown</p>')
+    divergent = sample.get("divergent_row")
+    if first and not found and divergent is not None:
+        # The rows kept are a window around the traces' own first difference; the divergent op is elsewhere.
+        out.append('<details class="group has-diff" open><summary><span class="mod mono">the divergent op</span> '
+                   '<span class="note">outside the window of aligned rows below</span></summary>'
+                   '<table class="rows"><colgroup><col class="idx"><col class="op"><col class="rel">'
+                   '<col class="op"><col class="idx"><col class="st"><col class="src"><col></colgroup><tbody>'
+                   + _row(divergent, first_index, observed, candidates, divergence_row) + "</tbody></table></details>")
+    elif first and not found:
+        out.append(f'<p class="omitted" id="divergent">the divergent op #{_e(first_index)} is outside the rows '
+                   "shown</p>")
     open_all = len(rows) < _OPEN_ALL_BELOW
     for module, group in _groups(rows):
         has_diff = any(r["status"] != AGREE for r in group)
@@ -463,7 +472,7 @@ def _row(row: dict[str, Any], first_index: int | None, observed: int | None, can
     status = row["status"]
     classes = [status]
     a_index = a["index"] if a else None
-    row_id = f"row-{row['n']}"
+    row_id = f"row-{row['n']}" if row["n"] is not None else "row-divergent"
     label = _STATUS_LABEL[status]
     if a_index is not None and a_index == first_index:
         classes.append("first")
@@ -482,7 +491,7 @@ def _row(row: dict[str, Any], first_index: int | None, observed: int | None, can
     differs = a is not None and b is not None and op_a != op_b
     opdiff = ' class="opdiff"' if differs else ""
     source = place.get("source") or ""
-    return (f'<tr id="{row_id}" class="{" ".join(classes)}" data-n="{row["n"]}">'
+    return (f'<tr id="{row_id}" class="{" ".join(classes)}" data-n="{_e(row["n"])}">'
             f'<td>{_e(a_index if a else "")}</td><td class=mono title="{_e(op_a)}">{_e(op_a or "—")}</td>'
             f'<td class=mono>{_e(_rel(row["rel_diff"]) if status in (AGREE, DIFFER) else "")}</td>'
             f'<td class=mono title="{_e(op_b)}"><span{opdiff}>{_e(op_b or "—")}</span></td>'
