@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from tracediff.cli import cli
+
+# Several torch processes share the cores during the suite (the pytest-xdist workers, each `tracediff run`'s
+# recordings, the clean-script and tracker batches run two at a time). OpenMP's worker threads busy-wait for
+# work by default, burning the cores the other processes need: three judged runs of a 60-step training
+# script side by side took 78 s of CPU instead of 24 s. Passive waiting (idle threads sleep) changes no
+# thread count, kernel or result. Set here, before any test module imports torch; children inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # `tracediff run` without the same-input judge: the verdict of the traces' own rules (alignment, kernels,

@@ -326,8 +326,8 @@ def test_the_text_report_says_how_the_narrowing_ended() -> None:
 
 
 def test_the_narrowing_rerun_keeps_torchs_cache_warning_to_itself(tmp_path: Path) -> None:
-    """The re-run turns inductor's caches off on purpose; torch's `dynamo_pgo force disabled` warning about it
-    is not the user's to read (issue 48)."""
+    """The re-run compiles each graph anew on purpose; torch's warning about disabled caches (`dynamo_pgo force
+    disabled`, which `force_disable_caches` gave) is not the user's to read (issue 48)."""
     script = tmp_path / "sin.py"
     script.write_text("import torch\nprint(torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.randn(8)).sum())\n")
     done = subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "inductor", "--materialize",

@@ -113,8 +113,11 @@ def test_inductor_internals_used_by_materialize() -> None:
     assert callable(GraphLowering.run_node)
     assert hasattr(ir, "TensorBox") and hasattr(ir, "StorageBox") and hasattr(ir.TensorBox, "realize")
     assert isinstance(CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM, int)
-    for knob in ("max_fusion_size", "epilogue_fusion", "allow_buffer_reuse", "inplace_buffers", "force_disable_caches"):
+    import torch._functorch.config as functorch_config
+
+    for knob in ("max_fusion_size", "epilogue_fusion", "allow_buffer_reuse", "inplace_buffers", "fx_graph_cache"):
         assert hasattr(inductor_config, knob)
+    assert hasattr(functorch_config, "enable_autograd_cache")
 
 
 def test_backends_checked_without_dynamo_are_registered() -> None:

@@ -11,7 +11,10 @@ packs consecutive nodes into one function).
 
 Everything else (decompositions, pattern passes, custom passes, lowerings)
 stays as it is, so a fault in any of them still shows. The patches are not
-part of inductor's cache keys, so caches are bypassed while active.
+part of inductor's cache keys, so the FX graph and AOTAutograd caches are
+bypassed while active. The caches keyed by generated source (each kernel's
+compiled binary) and the precompiled headers are still used: a re-run does not
+rebuild them (`force_disable_caches` would, in a new directory each compile).
 
 Pinned torch internals: GraphLowering.run_node, ir.TensorBox/StorageBox,
 CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM (tests/test_torch_pins.py).
@@ -20,7 +23,6 @@ CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM (tests/test_torch_pins.py).
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,13 +31,16 @@ _KNOBS = {
     "epilogue_fusion": False,
     "allow_buffer_reuse": False,
     "inplace_buffers": False,
-    "force_disable_caches": True,
+    # The patches below are in no cache key: no FX graph (nor AOTAutograd, below) cache entry made
+    # without them may be used, nor one made with them kept for later compiles.
+    "fx_graph_cache": False,
 }
 
 
 @contextlib.contextmanager
 def materialize_all() -> Iterator[None]:
     """While active, inductor compiles one kernel per aten op."""
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
     from torch._inductor import ir
     from torch._inductor.codegen.cpp import CppScheduling
@@ -53,9 +58,7 @@ def materialize_all() -> Iterator[None]:
     GraphLowering.run_node = run_node  # type: ignore[method-assign,assignment]
     CppScheduling.MAX_FUSED_KERNEL_ARGS_NUM = 0
     try:
-        with inductor_config.patch(_KNOBS), warnings.catch_warnings():
-            # The caches are off on purpose (each kernel compiled anew): torch's warning about it is not the user's.
-            warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+        with inductor_config.patch(_KNOBS), functorch_config.patch(enable_autograd_cache=False):
             yield
     finally:
         GraphLowering.run_node = original_run_node  # type: ignore[method-assign]
