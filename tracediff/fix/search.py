@@ -32,7 +32,8 @@ from tracediff.launch.launcher import Recording, check_script, record_in_subproc
 from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.record.call_timer import ms_per_call
 from tracediff.record.fix_changes import CUSTOMIZATION, NO_COMPILE, ROUNDING, Change, encode
-from tracediff.run.pipeline import compare_runs, run_and_diff
+from tracediff.run.pipeline import run_and_diff
+from tracediff.run.recording import compare_runs
 from tracediff.trace.reader import Trace, read_footer
 
 DEFAULT_MAX_RUNS = 8

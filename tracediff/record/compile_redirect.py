@@ -18,6 +18,7 @@ import torch
 from tracediff.record.backends import Backend
 from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.mode import TraceRecorder
+from tracediff.record.modules import UncompiledModule
 
 
 def _flat_tensors(prefix: str, value: Any) -> list[tuple[str, torch.Tensor]]:
@@ -32,28 +33,6 @@ def _label(model: Any, region: int) -> str:
     else:
         name = getattr(model, "__qualname__", None) or getattr(model, "__name__", None) or type(model).__name__
     return f"{name} (region {region})"
-
-
-class UncompiledModule(torch.nn.Module):
-    """What `torch.compile(module)` gives under a backend that compiles nothing (`eager`, `tracediff fix`'s "no
-    compile"): a module around the user's, as torch's OptimizedModule is, so that only calls made through it are
-    the compiled region's calls, as under a backend that compiles; the user's module called directly is not one.
-    The module stack passes over it as over an OptimizedModule (record/modules.py)."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        super().__init__()
-        self._orig_mod = module
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._orig_mod(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name == "_orig_mod":
-                raise
-            return getattr(self._orig_mod, name)
 
 
 class CompileRedirect:

@@ -121,8 +121,6 @@ class ModuleStack:
         from torch.nn.modules import module as module_hooks
 
         self._thread = threading.get_ident()
-        from tracediff.record.compile_redirect import UncompiledModule
-
         self._optimized_module = (eval_frame.OptimizedModule, UncompiledModule)
         self._in_optimized_module = getattr(eval_frame, "_is_in_optimized_module", _never)
         self._handles = [
@@ -136,3 +134,25 @@ class ModuleStack:
             handle.remove()
         self._handles = []
         self._stack.clear()
+
+
+class UncompiledModule(torch.nn.Module):
+    """What `torch.compile(module)` gives under a backend that compiles nothing (`eager`, `tracediff fix`'s "no
+    compile"): a module around the user's, as torch's OptimizedModule is, so that only calls made through it are
+    the compiled region's calls, as under a backend that compiles; the user's module called directly is not one.
+    The module stack passes over it as over an OptimizedModule (`ModuleStack`)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self._orig_mod = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "_orig_mod":
+                raise
+            return getattr(self._orig_mod, name)

@@ -21,12 +21,11 @@ from tracediff.diff.sample import AlignmentSample
 from tracediff.launch.launcher import trace_name
 from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.record.scope import CallWindow
+from tracediff.run.recording import compare_runs, record_run
 
 
 def run_light(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
               echo: Callable[[str], None], sample: AlignmentSample | None = None) -> Outcome:
-    from tracediff.run.pipeline import compare_runs, record_run
-
     reference, candidate = backends
     judge = config.same_inputs and reference != candidate
     calls_a = record_run(path, script_args, reference, run_dir / f"{trace_name('a', reference)}.calls.jsonl", config,

@@ -60,7 +60,7 @@ def run_ranks(path: Path, script_args: list[str], backends: list[str], config: C
               echo: Callable[[str], None], narrow_fused: bool = True) -> Outcome:
     """Two backends on `nproc` ranks each, compared rank by rank; one backend: its replicas checked only."""
     from tracediff.run.narrow import narrow, needs_narrowing
-    from tracediff.run.pipeline import compare_runs, record_run
+    from tracediff.run.recording import compare_runs, record_run
 
     runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo,
                        nproc=nproc) for slot, backend in zip("ab", backends)]

@@ -21,7 +21,8 @@ from tracediff.launch.launcher import check_script, new_run_dir, trace_name
 from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.report.text import describe_comparison
 from tracediff.run.narrow import narrow, needs_narrowing
-from tracediff.run.pipeline import compare_runs, record_run, write_report
+from tracediff.run.pipeline import write_report
+from tracediff.run.recording import compare_runs, record_run
 
 
 def _summary(outcome: Outcome, backends: list[str], runs: list[int]) -> dict[str, Any]:
