@@ -93,3 +93,15 @@ def test_device_specific_tolerances(tmp_path: Path) -> None:
     assert config.tolerance_for("bfloat16", "aten::add", None, "cuda:0") == DEFAULT_TOLERANCES["bfloat16"]
     custom = load_config(_write(tmp_path, "tolerances:\n  float32@cuda: {rtol: 0.01}\n"))
     assert custom.tolerance_for("float32", "aten::add", None, "cuda").rtol == 0.01
+
+
+def test_the_judge_and_the_light_mode_are_set_in_the_file_and_overridden_on_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "tracediff.yaml"
+    path.write_text("same_inputs: true\nlight: true\n")
+    config = load_config(path)
+    assert config.same_inputs and config.light
+    assert not config.with_overrides(light=False).light and config.with_overrides(light=None).light
+    assert not Config().light and Config().same_inputs  # the defaults
+    path.write_text("light: 3\n")
+    with pytest.raises(UserError, match="light must be bool"):
+        load_config(path)
