@@ -26,6 +26,7 @@ from tracediff.run.recording import compare_runs, record_run
 
 def run_light(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
               echo: Callable[[str], None], sample: AlignmentSample | None = None) -> Outcome:
+    """Both runs recorded as compiled calls only; where a judged call is wrong, its window recorded in depth."""
     reference, candidate = backends
     judge = config.same_inputs and reference != candidate
     calls_a = record_run(path, script_args, reference, run_dir / f"{trace_name('a', reference)}.calls.jsonl", config,
