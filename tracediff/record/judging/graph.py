@@ -107,17 +107,20 @@ def unjudgeable(inputs: Sequence[Any]) -> str | None:
     return None
 
 
+def _storage_pointer(t: torch.Tensor) -> int | None:
+    """The address of the memory `t` views, which tensors sharing it share; None where it has none to share."""
+    try:
+        pointer = t.untyped_storage().data_ptr()
+    except RuntimeError:  # no storage to share (a wrapper subclass)
+        return None
+    return pointer or None  # an empty storage shares nothing
+
+
 def _returns_a_view_of(outputs: Sequence[Any], inputs: Sequence[torch.Tensor]) -> bool:
     """Whether an output (of the eager reference, which runs on these very inputs where it does not write them)
     shares memory with one of `inputs`."""
-    def pointer(t: torch.Tensor) -> int:
-        try:
-            return t.untyped_storage().data_ptr()
-        except RuntimeError:
-            return 0
-
-    held = {pointer(t) for t in inputs} - {0}
-    return any(isinstance(o, torch.Tensor) and pointer(o) in held for o in outputs)
+    held = {_storage_pointer(t) for t in inputs} - {None}
+    return any(isinstance(o, torch.Tensor) and _storage_pointer(o) in held for o in outputs)
 
 
 def _first_line(e: BaseException) -> str:
@@ -164,14 +167,7 @@ def copies(values: Sequence[Any], which: Iterable[int] | None = None) -> list[An
     write through one shows in the other as in the program. The other tensors as they are (detached)."""
     chosen = set(range(len(values))) if which is None else set(which)
 
-    def key(t: torch.Tensor) -> int | None:
-        try:
-            pointer = t.untyped_storage().data_ptr()
-        except RuntimeError:  # no storage to share (a wrapper subclass)
-            return None
-        return pointer or None  # an empty storage shares nothing
-
-    keys = {i: key(t) for i, t in enumerate(values) if isinstance(t, torch.Tensor)}
+    keys = {i: _storage_pointer(t) for i, t in enumerate(values) if isinstance(t, torch.Tensor)}
     copied_keys = {keys[i] for i in chosen if keys.get(i) is not None}
     storages: dict[int, torch.UntypedStorage] = {}
     out = []
