@@ -166,3 +166,39 @@ def test_a_tied_weight_update_runs_in_float64() -> None:
         head(emb(torch.tensor([1, 2, 3]))).logsumexp(-1).mean().backward()
         opt.step()
     assert emb.weight.dtype == torch.float32 and opt.state[emb.weight]["exp_avg"].dtype == torch.float32
+
+
+def test_float64_attention_runs_where_the_program_allows_only_a_fused_kernel() -> None:
+    """H200, a bf16 block under `sdpa_kernel([FLASH_ATTENTION])`: the same-input judge's float64 reference raised
+    "No available kernel" (flash, memory-efficient and cuDNN attention have no float64 kernel), so no call's
+    gradients were judged. Inside the upcast the math kernel is allowed; outside, the program's choice stands."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(1, 2, 8, 4, dtype=torch.float64, requires_grad=True)
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        with Float64Upcast(exact_casts=True):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+        assert q.grad is not None and not torch.backends.cuda.math_sdp_enabled()
+
+
+def test_a_higher_order_operator_computes_in_float64_under_the_upcast() -> None:
+    """The graph dynamo captures from flex_attention calls it as a higher-order operator, which raised
+    NotImplementedError in the same-input judge's float64 reference (this mode, running that graph): no call of
+    a graph using it was judged."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+        graphs.append(gm)
+        return gm
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    torch.compile(lambda q, k, v: flex_attention(q, k, v), backend=keep)(q, k, v)
+    (graph,) = graphs
+    exact = graph(q.double(), k.double(), v.double())
+    with Float64Upcast(exact_casts=True):
+        got = graph(q, k, v)
+    assert got[0].dtype == torch.float64
+    torch.testing.assert_close(got, exact)

@@ -85,6 +85,17 @@ def test_cpp_kernel_parameters_tell_inputs_from_outputs() -> None:
     assert cpp_kernel_params(WRAPPER) == {"cpp_fused_cos_mul_sin_0": ["in_out_ptr0", "in_ptr0"]}
 
 
+def test_a_template_kernels_own_output_name_is_read_as_written() -> None:
+    """CPU flex attention's template kernel names its output `float* output`: taken for an input, its old
+    contents were fingerprinted before the launch and filed under the value the kernel left, so the program's
+    later read of the attention output (sum 30.07) was recorded as sum 1.9e+37."""
+    source = ("cpp_flex_attention_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r'''\n"
+              'extern "C"\nvoid kernel(const float* query, const int32_t* kv_indices, float* output, '
+              "float* __restrict__ in_out_ptr0, const int64_t ks0)\n{\n}\n''')\n")
+    assert cpp_kernel_params(source) == {
+        "cpp_flex_attention_0": ["query", "kv_indices", "out_ptr_output", "in_out_ptr0", "ks0"]}
+
+
 def test_a_triton_argument_inductor_lists_as_mutated_is_read_as_written() -> None:
     """A user-written Triton kernel inductor calls names its arguments freely (`y_ptr`): one it mutates is renamed
     `in_out_y_ptr` and counts as written, so the launch reads it after the kernel and launches the fingerprint

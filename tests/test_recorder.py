@@ -107,11 +107,13 @@ def test_a_tensor_an_inplace_foreach_op_wrote_is_read_as_a_new_value(tmp_path: P
     first, second = [r for r in ops if r["op"] == "aten::sum"]
     assert first["in"][0]["id"] == second["in"][0]["id"] and first["in"][0]["v"] != second["in"][0]["v"]
     assert second["in"][0]["fp"]["sum"] == 4.0 and (float(before), float(after)) == (2.0, 4.0)
-    # The foreach op names what it wrote (no fingerprint: not read), so the diff knows who made the value.
+    # The foreach op names what it wrote, fingerprinted as the values it left, so the diff knows who made the
+    # value and compares it there; the later read finds that fingerprint.
     (foreach,) = [r for r in ops if r["op"].startswith("aten::_foreach_add_")]
     written = {(t["id"], t["v"]) for t in foreach["out"]}
     assert (second["in"][0]["id"], second["in"][0]["v"]) in written and len(written) == 2
-    assert all(t["fp"] is None and t["unread"] for t in foreach["out"])
+    assert [t["fp"]["sum"] for t in foreach["out"]] == [3.0, 4.0]
+    assert not any(t.get("unread") for t in foreach["out"])
 
 
 def test_an_inplace_list_op_that_bumps_the_counters_itself_names_what_it_wrote(tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_an_inplace_list_op_that_bumps_the_counters_itself_names_what_it_wrote(t
     ops = _ops(tmp_path / "t.jsonl")
     (bump,) = [r for r in ops if r["op"].startswith("tracediff_test::bump_all_")]
     (read,) = [r for r in ops if r["op"] == "aten::sum"]
-    assert len(bump["out"]) == 2 and all(t["unread"] and t["fp"] is None for t in bump["out"])
+    assert [t["fp"]["sum"] for t in bump["out"]] == [3.0, 4.0]
     assert (read["in"][0]["id"], read["in"][0]["v"]) in {(t["id"], t["v"]) for t in bump["out"]}
 
 
@@ -510,6 +512,26 @@ def test_a_view_of_an_unchanged_base_is_read_once_and_again_after_a_write(tmp_pa
     # Both complex views of z, as read where they are first read (a conjugate one by the clone resolving it):
     complex_views = [t["fp"]["sum"] for r in ops for t in r["in"] if t["dt"] == "complex64" and "b" in t]
     assert sorted(complex_views) == [6 - 15, 6 + 15]
+
+
+def test_a_higher_order_operator_run_eagerly_is_recorded_as_one_op(tmp_path: Path) -> None:
+    """H200, `flex_attention` run eagerly under recording: torch raised NotImplementedError ("no rule registered for
+    HigherOrderOperator flex_attention and mode TraceRecorder") into the program. Now it runs, recorded as one op
+    with its tensors and the values it returns."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def causal(score, b, h, q, kv):
+        return torch.where(q >= kv, score, -float("inf"))
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    expected = flex_attention(q, k, v, score_mod=causal)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        got = flex_attention(q, k, v, score_mod=causal)
+    torch.testing.assert_close(got, expected)
+    (flex,) = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] == "higher_order::flex_attention"]
+    assert [t["sh"] for t in flex["in"][:3]] == [[1, 2, 16, 8]] * 3
+    assert flex["out"][0]["fp"]["sum"] == pytest.approx(float(expected.sum()), rel=1e-5)
 
 
 @pytest.mark.parametrize("layout", [torch.strided, torch.jagged])

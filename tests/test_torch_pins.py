@@ -103,6 +103,20 @@ def test_inductor_hooks_used_by_kernel_capture() -> None:
     assert hasattr(inductor_debug, "reset_provenance_globals")
 
 
+def test_cuda_graph_entry_points_guarded_while_recording() -> None:
+    # record/cuda_graphs.py: the class's own functions, patched while recording; cudagraph trees' manager hands
+    # each call to `run` (bound when a graph is added, so the class attribute is what it binds).
+    import inspect
+
+    from torch._inductor.cudagraph_trees import CUDAGraphTreeManager
+    from torch.cuda.graphs import CUDAGraph
+
+    for name in ("capture_begin", "capture_end", "replay"):
+        assert inspect.isfunction(CUDAGraph.__dict__[name]), name
+    assert inspect.isfunction(CUDAGraphTreeManager.__dict__["run"])
+    assert "functools.partial(self.run" in inspect.getsource(CUDAGraphTreeManager.add_function)
+
+
 def test_inductor_internals_used_by_materialize() -> None:
     # record/materialize.py
     import torch._inductor.config as inductor_config

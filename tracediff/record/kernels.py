@@ -163,13 +163,26 @@ def call_sites(source: str) -> dict[int, str]:
 
 
 def cpp_kernel_params(source: str) -> dict[str, list[str]]:
-    """C++ kernel name -> its parameter names (in_ptr0, out_ptr0, in_out_ptr0, ks0, ...)."""
+    """C++ kernel name -> its parameter names as recorded (in_ptr0, out_ptr0, in_out_ptr0, ks0, ...).
+
+    A template kernel names its parameters as it likes (the flex-attention template's `float* output`):
+    a pointer to non-const data that no inductor prefix names is one the kernel writes, recorded as
+    `out_ptr_<name>`."""
     params = {}
     for match in _CPP_KERNEL_DEF.finditer(source):
         signature = _CPP_SIGNATURE.search(match.group(3))
         if signature:
-            params[match.group(1)] = [p.strip().rsplit(" ", 1)[-1].lstrip("*") for p in signature.group(1).split(",") if p.strip()]
+            params[match.group(1)] = [_cpp_param_name(p.strip()) for p in signature.group(1).split(",") if p.strip()]
     return params
+
+
+def _cpp_param_name(declaration: str) -> str:
+    """`const float* in_ptr0` -> `in_ptr0`; `float* output` -> `out_ptr_output` (see `cpp_kernel_params`)."""
+    name = declaration.rsplit(" ", 1)[-1].lstrip("*")
+    written = "*" in declaration and not declaration.startswith("const ")
+    if written and not is_written_argument(name) and not name.startswith("in_ptr"):
+        return f"out_ptr_{name}"
+    return name
 
 
 def build_graph_kernels(compiled: Any, pre_grad_meta: dict[str, dict[str, Any]]) -> GraphKernels:

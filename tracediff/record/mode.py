@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
+from torch._ops import HigherOrderOperator
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import (
     TorchDispatchMode,
@@ -77,6 +78,13 @@ _SCRATCH_OUTPUTS: dict[str, frozenset[str]] = {
     "aten::mkldnn_rnn_layer": frozenset({"3"}),
     "aten::_cudnn_rnn": frozenset({"3"}),
     "aten::miopen_rnn": frozenset({"3"}),
+    # Fused attention's dropout state (philox seed and offset, flash's rng_state) and its empty debug outputs:
+    # memory left unwritten without dropout (H200: eager and inductor recorded different bits there).
+    "aten::_scaled_dot_product_flash_attention": frozenset({"6", "7", "8"}),
+    "aten::_scaled_dot_product_efficient_attention": frozenset({"2", "3"}),
+    "aten::_scaled_dot_product_cudnn_attention": frozenset({"6", "7", "8"}),
+    "aten::_efficient_attention_forward": frozenset({"2", "3"}),
+    "aten::_flash_attention_forward": frozenset({"2", "3", "4"}),
 }
 
 
@@ -131,6 +139,8 @@ class _OpInfo:
 
     @classmethod
     def of(cls, func: Any) -> _OpInfo:
+        if isinstance(func, HigherOrderOperator):
+            return cls.of_higher_order(func)
         arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
         schema_name = func._schema.name
         takes_floats = any(kind in str(a.type) for a in func._schema.arguments for kind in ("float", "Scalar", "number"))
@@ -142,6 +152,14 @@ class _OpInfo:
                    "always" if schema_name in _HOST_WAITS else "copy" if schema_name in _COPIES else None,
                    returns_views=_returns_views(func._schema), writes=any(written for _, written, _ in arguments),
                    skipped=func.namespace in _SKIPPED_NAMESPACES)
+
+
+    @classmethod
+    def of_higher_order(cls, func: HigherOrderOperator) -> _OpInfo:
+        """A higher-order operator run eagerly (`flex_attention`'s reference, `torch.cond`): recorded as one op,
+        `higher_order::flex_attention`, as inductor's provenance names it. It has no schema: its tensors are
+        named by position, and none is taken as written (one that writes is functionalized before it runs)."""
+        return cls(f"{func.namespace}::{func.name()}", (), {}, False, False, False, frozenset(), False)
 
 
 def _returns_views(schema: Any) -> bool:
@@ -308,6 +326,10 @@ def _version(t: torch.Tensor) -> int | None:
 
 class TraceRecorder(TorchDispatchMode):
     """Records every dispatched op on real tensors to a `TraceWriter`."""
+
+    # A higher-order operator (`flex_attention` run eagerly) reaches `__torch_dispatch__` with this mode taken off the
+    # stack, and is recorded as one op; without it, torch raises NotImplementedError into the program.
+    supports_higher_order_operators = True
 
     def __init__(self, writer: TraceWriter, *, exact: bool = False, spmd: bool | None = None,
                  scope: RecordScope | None = None) -> None:
@@ -505,17 +527,17 @@ class TraceRecorder(TorchDispatchMode):
 
     def _unreturned_writes(self, tensor_args: list[tuple[str, torch.Tensor, bool, bool]], returned: set[int],
                            versions_before: dict[int, int | None]) -> list[dict[str, Any]]:
-        """An in-place foreach op (AdamW's `_foreach_addcdiv_` on CUDA) returns nothing: describe each
-        tensor it wrote as an output, without a fingerprint (reading every parameter at each step would
-        cost a pass over the model): the diff's dataflow then knows which record made the value, though it
-        cannot compare it there. Where torch did not bump the tensor's counter under the dispatch mode
+        """An in-place multi-tensor op (AdamW's `_foreach_addcdiv_`, `_fused_adamw_`, `_fused_sgd_`) returns
+        nothing: describe each tensor it wrote as an output, fingerprinted as the values it leaves, so the diff
+        compares the update where it was made (the next read of a weight finds that fingerprint filed under
+        its version: no second read). Where torch did not bump the tensor's counter under the dispatch mode
         (CPU's foreach ops), count the write, so a later read is a new value; where it did (CUDA's foreach
         kernels bump it themselves), the counter already names the new value."""
         written = []
         for name, t, is_written, _ in tensor_args:
             if is_written and identity(t) not in returned:
                 counted = _version(t) != versions_before[identity(t)]
-                written.append(dict(self._describe(name, t, take_fingerprint=False, written=not counted), unread=True))
+                written.append(self._describe(name, t, mutated=False, written=not counted))
         return written
 
     def _entry(self, t: torch.Tensor) -> list:
@@ -734,6 +756,15 @@ class TraceRecorder(TorchDispatchMode):
             yield
         finally:
             self._internal = previous
+
+    def pause(self) -> bool:
+        """Record nothing until `resume` is given what this returns: for a span that is no one call (a CUDA
+        graph's capture, begun and ended by two calls)."""
+        previous, self._internal = self._internal, True
+        return previous
+
+    def resume(self, previous: bool) -> None:
+        self._internal = previous
 
     @property
     def internal(self) -> bool:

@@ -26,6 +26,7 @@ import torch
 from tracediff._version import package_version
 from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
+from tracediff.record.cuda_graphs import CudaGraphGuard
 from tracediff.record.customizations import compiler_customizations, no_customizations
 from tracediff.record.fingerprint import FINGERPRINT_KINDS, host_fingerprint_path
 from tracediff.record.fork import ForkGuard
@@ -184,6 +185,7 @@ class RecordingSession:
             stack.enter_context(HostWaits(self.recorder.before_host_wait))  # left before `finish`
             if self.kernels is not None:
                 stack.enter_context(self.kernels)
+            stack.enter_context(CudaGraphGuard(self.recorder, trees=self.backend is None or self.backend.may_run_inductor))
             stack.enter_context(self._warnings)
             # Our module tracker's global hooks make torch warn about compiled modules;
             # compile_redirect handles OptimizedModule itself, so the warning is noise.
