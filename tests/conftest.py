@@ -63,7 +63,7 @@ def run_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Resul
     def run(fixture: str, backends: str, *extra: str) -> Result:
         key = (fixture, backends, *extra)
         if key not in cache:
-            out = tmp_path_factory.mktemp(fixture.replace(".py", ""))
+            out = tmp_path_factory.mktemp(fixture.replace(".py", "").replace("/", "_"))
             cache[key] = invoke("run", str(FIXTURES / fixture), "--backends", backends, "--out-dir", str(out),
                                 "--format", "json", *extra)
         return cache[key]
