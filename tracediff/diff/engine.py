@@ -54,6 +54,8 @@ def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
     a = {k: v for k, v in a.items() if k not in _HEADER_NOISE}
     b = {k: v for k, v in b.items() if k not in _HEADER_NOISE}
+    if _inductor_settings(a) is None or _inductor_settings(b) is None:  # a run that could not reach inductor
+        a, b = _without_inductor_settings(a), _without_inductor_settings(b)
     diff = DeepDiff(a, b, verbose_level=2)
     lines: list[str] = []
     for path, change in diff.get("values_changed", {}).items():
@@ -68,6 +70,20 @@ def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         for path, value in diff.get(kind, {}).items():
             lines.append(f"{_path(path)}: {'added' if kind.endswith('added') else 'removed'} {value!r}")
     return sorted(lines)
+
+
+def _inductor_settings(header: dict[str, Any]) -> Any:
+    """The run's inductor settings; None where it could not reach inductor (an eager recording)."""
+    settings = header.get("settings")
+    return settings.get("inductor") if isinstance(settings, dict) else None
+
+
+def _without_inductor_settings(header: dict[str, Any]) -> dict[str, Any]:
+    """Inductor's settings are compared only where both runs could reach inductor."""
+    settings = header.get("settings")
+    if not isinstance(settings, dict):
+        return header
+    return {**header, "settings": {k: v for k, v in settings.items() if k != "inductor"}}
 
 
 # One step of a deepdiff path: ['key'], ["key"] or [index].

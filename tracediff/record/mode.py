@@ -19,6 +19,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from torch.utils._python_dispatch import (
 )
 
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
+from tracediff.record.after_import import AfterImport
 from tracediff.record.backward_source import BackwardSources
 from tracediff.record.device_fingerprints import DeviceFingerprints
 from tracediff.record.fingerprint import (
@@ -382,6 +384,7 @@ class TraceRecorder(TorchDispatchMode):
         self._kernel_storages: dict[tuple[bool, int, int], tuple[weakref.ref, weakref.ref, list]] = {}
         # Storages re-allocated outside the dispatcher (FSDP2's `resize_`): garbage until written.
         self.resizes = StorageResizes(before_resize=self.flush_fingerprints)
+        self._dynamo_skips = AfterImport("torch._dynamo", self._skip_in_dynamo)
         self._grown_storages = self.resizes.grown
         self._scratch = Scratch()  # the host fingerprints' temporary, reused
         # Fingerprints of views by (base's id, its version, the view's geometry and dtype): each call of a
@@ -1042,13 +1045,14 @@ class TraceRecorder(TorchDispatchMode):
 
     # -- lifetime ------------------------------------------------------------------
 
-    def __enter__(self) -> TraceRecorder:
-        from torch._dynamo.decorators import skip  # imported already by the recording session's compile hooks
+    def _skip_in_dynamo(self, dynamo: ModuleType) -> None:
+        """Called from C++ with dynamo's callback possibly on: the dispatch entry, and the tensor table's weakref
+        callback (a tensor dying inside a frame dynamo runs). Marked once dynamo is imported (`AfterImport`)."""
+        dynamo.decorators.skip(TraceRecorder.__torch_dispatch__)
+        dynamo.decorators.skip(self._tensor_ids.forget_callback)
 
-        # Called from C++ with dynamo's callback possibly on: the dispatch entry, and the tensor table's weakref
-        # callback (a tensor dying inside a frame dynamo runs).
-        skip(TraceRecorder.__torch_dispatch__)
-        skip(self._tensor_ids.forget_callback)
+    def __enter__(self) -> TraceRecorder:
+        self._dynamo_skips.__enter__()
         self._thread = threading.get_ident()
         self.modules.__enter__()
         self.resizes.__enter__()
@@ -1061,6 +1065,7 @@ class TraceRecorder(TorchDispatchMode):
                 super().__exit__(*exc)
         finally:
             self._held_allowance.release()
+            self._dynamo_skips.__exit__(*exc)
             self.resizes.__exit__(*exc)
             self.modules.__exit__(*exc)
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from types import ModuleType
 from typing import Any
 
 import torch
+
+from tracediff.record.after_import import AfterImport
 
 # Sequence numbers remembered for backward attribution: a forward's worth, and more.
 _SEQUENCE_WINDOW = 1_000_000
@@ -47,6 +50,7 @@ class ModuleStack:
         # dynamo's OptimizedModule and its "inside one" check, looked up once (`__enter__`), not per module call.
         self._optimized_module: type | tuple[type, ...] = type(None)
         self._in_optimized_module: Any = _never
+        self._dynamo_known = AfterImport("torch._dynamo", self._know_dynamo)
 
     # -- names ----------------------------------------------------------------------
 
@@ -117,12 +121,11 @@ class ModuleStack:
         return torch._C._current_autograd_node() is not None
 
     def __enter__(self) -> ModuleStack:
-        from torch._dynamo import eval_frame
         from torch.nn.modules import module as module_hooks
 
         self._thread = threading.get_ident()
-        self._optimized_module = (eval_frame.OptimizedModule, UncompiledModule)
-        self._in_optimized_module = getattr(eval_frame, "_is_in_optimized_module", _never)
+        self._optimized_module = UncompiledModule
+        self._dynamo_known.__enter__()
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._enter),
             module_hooks.register_module_forward_hook(self._exit, always_call=True),
@@ -133,6 +136,14 @@ class ModuleStack:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._dynamo_known.__exit__(*exc)
+
+    def _know_dynamo(self, dynamo: ModuleType) -> None:
+        """Dynamo's compiled module, ignored as the wrapper it is, once dynamo is imported (`AfterImport`: not
+        before, which costs an eager recording a second)."""
+        eval_frame = dynamo.eval_frame
+        self._optimized_module = (eval_frame.OptimizedModule, UncompiledModule)
+        self._in_optimized_module = getattr(eval_frame, "_is_in_optimized_module", _never)
         self._stack.clear()
 
 

@@ -56,10 +56,10 @@ def device_description() -> str:
     return "cpu"
 
 
-def numeric_settings() -> dict[str, Any]:
-    """Settings that change numbers; a header diff of these often explains a divergence."""
-    import torch._inductor.config as inductor_config
-
+def numeric_settings(inductor: bool = True) -> dict[str, Any]:
+    """Settings that change numbers; a header diff of these often explains a divergence. `inductor`: whether
+    inductor can run, so its settings matter (None where not: importing its config imports dynamo, about a
+    second of each eager recording)."""
     settings: dict[str, Any] = {
         "default_dtype": str(torch.get_default_dtype()),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
@@ -68,14 +68,18 @@ def numeric_settings() -> dict[str, Any]:
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
         "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "inductor": {
-            key: getattr(inductor_config, key, None)
-            for key in ("fallback_random", "emulate_precision_casts", "max_autotune", "freezing", "cpp_wrapper")
-        },
+        "inductor": _inductor_settings() if inductor else None,
         "env": {k: v for k, v in sorted(os.environ.items())
                 if k.startswith(("TORCH", "CUBLAS", "CUDA_")) and not k.startswith(_LAUNCH_BOOKKEEPING)},
     }
     return settings
+
+
+def _inductor_settings() -> dict[str, Any]:
+    import torch._inductor.config as inductor_config
+
+    return {key: getattr(inductor_config, key, None)
+            for key in ("fallback_random", "emulate_precision_casts", "max_autotune", "freezing", "cpp_wrapper")}
 
 
 # Environment the launcher sets per rank and per launch (torchrun's error file, run id, restart count):
@@ -134,6 +138,11 @@ class RecordingSession:
         self._started = 0.0
         self._warnings = warnings.catch_warnings()
 
+    @property
+    def _may_run_inductor(self) -> bool:
+        """Whether a compile in this run can reach inductor (the script's own backend may be inductor)."""
+        return self.backend is None or self.backend.may_run_inductor
+
     def _header(self) -> Header:
         return {
             "tracediff": package_version(),
@@ -153,22 +162,24 @@ class RecordingSession:
             "upcast": self.upcast,
             "judged": self.judge is not None,
             "scope": {"kind": self.scope.kind, "window": str(self.scope.window) if self.scope.window else None},
-            "settings": numeric_settings(),
+            "settings": numeric_settings(inductor=self._may_run_inductor),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
 
     def __enter__(self) -> RecordingSession:
-        import torch._inductor.config as inductor_config
-
         if self.seed is not None:
             seed_everything(self.seed)
         # Entered in order and left in reverse, also when entering fails half-way: the footer last.
         with contextlib.ExitStack() as stack:
-            restore_fallback_random = inductor_config.fallback_random
-            inductor_config.fallback_random = self.fallback_random
-            stack.callback(setattr, inductor_config, "fallback_random", restore_fallback_random)
+            # Importing inductor's config imports dynamo (about a second): not where no compile can reach inductor.
+            if self._may_run_inductor:
+                import torch._inductor.config as inductor_config
+
+                restore_fallback_random = inductor_config.fallback_random
+                inductor_config.fallback_random = self.fallback_random
+                stack.callback(setattr, inductor_config, "fallback_random", restore_fallback_random)
             self.writer = TraceWriter(self.path, self._header())
             self.recorder = self.recorder_factory(self.writer, self.exact)
             self.redirect = CompileRedirect(self.backend, self.recorder, before_compile=self.before_compile,
@@ -176,8 +187,7 @@ class RecordingSession:
             # Importing inductor's compiler costs a second or more per recording: not where no compile can reach
             # it (the compile redirect gives every torch.compile this backend).
             # Nor where no op is recorded (the light mode): a kernel's launch is one.
-            self.kernels = KernelCapture(self.recorder) if self.scope.records_ops and (
-                self.backend is None or self.backend.may_run_inductor) else None
+            self.kernels = KernelCapture(self.recorder) if self.scope.records_ops and self._may_run_inductor else None
             self.forks = ForkGuard(self.recorder, self.writer)
             stack.push(self._close_with_footer)
             stack.enter_context(self.forks)  # left before the footer: it counts the children
@@ -185,7 +195,7 @@ class RecordingSession:
             stack.enter_context(HostWaits(self.recorder.before_host_wait))  # left before `finish`
             if self.kernels is not None:
                 stack.enter_context(self.kernels)
-            stack.enter_context(CudaGraphGuard(self.recorder, trees=self.backend is None or self.backend.may_run_inductor))
+            stack.enter_context(CudaGraphGuard(self.recorder, trees=self._may_run_inductor))
             stack.enter_context(self._warnings)
             # Our module tracker's global hooks make torch warn about compiled modules;
             # compile_redirect handles OptimizedModule itself, so the warning is noise.
