@@ -14,7 +14,7 @@ from tracediff.diff.determinism import with_advice
 from tracediff.diff.engine import diff_traces
 from tracediff.outcome import Cause, Outcome, RunResult, Verdict
 
-# The keys DESIGN.md fixes, in the order reports have always had them.
+# The keys docs/design.md §6 fixes, in the order reports have always had them.
 CONTRACT = ["verdict", "exit_code", "traces", "first_divergence", "inherited", "inherited_complete", "compared",
             "paired", "unpaired", "structure", "nan_origin", "compiled", "runs", "header_differences",
             "program_differences", "tolerances", "exact", "notes"]

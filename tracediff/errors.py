@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 
 class ExitCode(enum.IntEnum):
-    """The documented exit codes (DESIGN.md, README): one place, used everywhere."""
+    """The documented exit codes (docs/design.md §7, README): one place, used everywhere."""
 
     MATCH = 0  # no divergence
     DIVERGED = 1  # divergence found

@@ -305,7 +305,7 @@ class Comparison:
 class Outcome:
     """Everything `tracediff run` and `diff` decided. Stages after the verdict (narrowing, bisection,
     determinism advice, repeats) return a new Outcome (`dataclasses.replace`); `to_json` writes the JSON
-    contract of DESIGN.md, `from_json` reads it back."""
+    contract of docs/design.md §6, `from_json` reads it back."""
 
     verdict: Verdict
     traces: tuple[str, ...]

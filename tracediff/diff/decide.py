@@ -1,8 +1,8 @@
 """The verdict of a comparison as an `Outcome`: the one place that decides match, diverged or failed.
 
 A diff result (and the runs behind it, where there were runs) in; the typed outcome out, whose
-`to_json` is the report's JSON contract (DESIGN.md). The stages after it (narrowing, bisection,
-determinism advice, repeats) return new outcomes; the renderers in report/ only read them.
+`to_json` is the report's JSON contract (docs/design.md §6). The stages after it (narrowing,
+bisection, determinism advice, repeats) return new outcomes; the renderers in report/ only read them.
 """
 
 from __future__ import annotations
