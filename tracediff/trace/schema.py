@@ -53,8 +53,12 @@ tensor  {"a": arg name, "id": tensor id, "v": version, "dt": "float32",
          op, so the view op's own output has no `b` yet). A view shares its base's version
          counter, so an op writing the view (in place, out=, a kernel) makes value
          `v` of the base too: `v[idx] = x` changes what `base` holds.
-         "unread": true (outputs only): a tensor the op wrote in place without returning it (an
-         in-place foreach op, AdamW's step on CUDA), listed for dataflow, not fingerprinted (fp null).
+         "unread": true (outputs only): a tensor written in place without being returned, listed for
+         dataflow, not fingerprinted (fp null): a collective's output still in flight. (Traces before
+         issue 48 also marked an in-place foreach or fused optimizer step's writes so; they are now
+         fingerprinted.)
+         "nt": "jagged" | "strided": a nested tensor, described by its values buffer (shape and
+         fingerprint); it has no single shape.
          "pl": "R" | "S" (one rank of several, a DTensor, described by its local shard): replicated on
          every mesh dimension, or sharded or partial (each rank holds its own part)
          "ft": level (regions and kernels only): a torch.func wrapper (vmap, grad, jvp)
@@ -119,6 +123,7 @@ class Tensor(TypedDict, total=False):
     uninit: bool  # uninitialized memory (`empty`) or a kernel's scratch: never compared
     ft: int  # a torch.func wrapper's level
     pl: str  # one rank of several, a DTensor (described by its local shard): "R" replicated, "S" sharded or partial
+    nt: str  # a nested tensor's layout ("jagged", "strided"), described by its values buffer
 
 
 class FusedOp(TypedDict, total=False):
