@@ -29,6 +29,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+sys.path.insert(0, str(ROOT))
+
+from tracediff.launch.recording import Recording  # noqa: E402
 
 # name -> (script, default steps, needs transformers)
 WORKLOADS: dict[str, tuple[Path, int, bool]] = {
@@ -45,8 +48,9 @@ def log(msg: str) -> None:
 def _command(config: str, script: Path, args: list[str], trace: Path) -> list[str]:
     if config == "plain":
         return [sys.executable, str(script), *args]
-    child = [sys.executable, "-m", "tracediff.launch.child", "--backend", "inductor", "--judge", "--out", str(trace)]
-    return [*child, *(["--light"] if config == "light" else []), str(script), "--", *args]
+    recording = Recording("inductor", judge=True, light=config == "light")
+    return [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace), "--recording", recording.to_json(),
+            str(script), "--", *args]
 
 
 def _judging(trace: Path) -> dict[str, Any] | None:

@@ -26,6 +26,16 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TRACES_ONLY = "--no-same-inputs"
 
 
+def child_command(trace: Path, script: Path, backend: str | None, **recording: Any) -> list[str]:
+    """The command the launcher runs to record `script` into `trace` (launch/child.py), as tests run it by hand."""
+    import sys
+
+    from tracediff.launch.recording import Recording
+
+    return [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace),
+            "--recording", Recording(backend, **recording).to_json(), str(script)]
+
+
 def marker_line(fixture: str, marker: str) -> int:
     """Line number of the `# tracediff: <marker>` comment in a fixture."""
     for number, line in enumerate((FIXTURES / fixture).read_text().splitlines(), start=1):

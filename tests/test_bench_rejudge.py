@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.synth import TraceBuilder
 from tests.test_verdict import _chain
 from tracediff.config import Config
-from tracediff.launch.launcher import Recording
+from tracediff.launch.recording import Recording
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "localize"))
 from rejudge import rejudge_file, saved_recordings  # noqa: E402

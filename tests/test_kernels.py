@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import FIXTURES, TRACES_ONLY, invoke, marker_line
+from tests.conftest import FIXTURES, TRACES_ONLY, child_command, invoke, marker_line
 from tracediff.record.kernels import (
     _triton_arg_names,
     build_graph_kernels,
@@ -190,8 +190,8 @@ def test_kernels_are_recorded_with_caches_warm_and_cold(tmp_path: Path) -> None:
     kernels = []
     for attempt in ("cold", "warm"):
         trace = tmp_path / f"{attempt}.jsonl"
-        subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "inductor", "--out", str(trace),
-                        str(FIXTURES / "perturbed_fusion.py")], env=env, check=True, capture_output=True)
+        subprocess.run(child_command(trace, FIXTURES / "perturbed_fusion.py", "inductor"), env=env, check=True,
+                       capture_output=True)
         _, records = read_trace(trace)
         kernels.append([(r["name"], [f["op"] for f in r["fuses"]]) for r in records if r["t"] == "kernel"])
     assert kernels[0] and kernels[0] == kernels[1]
@@ -235,8 +235,8 @@ def test_fused_ops_writing_a_nonfinite_literal_are_marked() -> None:
 def test_a_custom_backend_around_compile_fx_gives_kernels_module_paths(tmp_path: Path) -> None:
     # compile_fx_backend imports compile_fx before tracediff wraps it: the module paths must come anyway.
     trace = tmp_path / "b.jsonl"
-    subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "compile_fx_backend:my_backend",
-                    "--out", str(trace), str(FIXTURES / "perturbed_layernorm.py")], check=True, capture_output=True)
+    subprocess.run(child_command(trace, FIXTURES / "perturbed_layernorm.py", "compile_fx_backend:my_backend"),
+                   check=True, capture_output=True)
     _, records = read_trace(trace)
     fused = [f for r in records if r["t"] == "kernel" for f in r["fuses"]]
     assert {f["m"] for f in fused if f["op"] == "aten::rsqrt"} == {"Block.norm"}

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.conftest import TRACES_ONLY, marker_line
+from tests.conftest import TRACES_ONLY, child_command, marker_line
 from tests.synth import TraceBuilder
 from tracediff.diff.fusion import PRECISION, UNKNOWN, WRONG_RESULT, judge
 from tracediff.outcome import Outcome
@@ -330,8 +329,7 @@ def test_the_narrowing_rerun_keeps_torchs_cache_warning_to_itself(tmp_path: Path
     disabled`, which `force_disable_caches` gave) is not the user's to read (issue 48)."""
     script = tmp_path / "sin.py"
     script.write_text("import torch\nprint(torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.randn(8)).sum())\n")
-    done = subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--backend", "inductor", "--materialize",
-                           "--out", str(tmp_path / "t.jsonl"), str(script)], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(child_command(tmp_path / "t.jsonl", script, "inductor", materialize=True),
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "dynamo_pgo" not in done.stderr + done.stdout

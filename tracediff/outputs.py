@@ -9,9 +9,11 @@ parent that is a regular file or a read-only file system still fails.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from tracediff.errors import UserError
@@ -113,3 +115,80 @@ def rank_set(path: Path) -> list[Path] | None:
     if missing:
         raise UserError(f"{path / (stem + rest)}: the traces of rank(s) {', '.join(map(str, missing))} are missing")
     return [ranks[r] for r in sorted(ranks)]
+
+
+def trace_name(slot: str, backend: str | None) -> str:
+    """`b-inductor`: a run's slot (a: the reference, b: the compiled run) and its backend, safe as a file name."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", backend or "as-written")
+    return f"{slot}-{safe}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The layout of a run directory: every command asks it for the paths it writes there.
+
+        a-eager.jsonl, b-inductor.jsonl     the reference and the compiled run (`trace`)
+        a-eager.calls.jsonl, ...            the light mode's recordings of compiled calls only
+        c-inductor-unfused.jsonl            narrowing's re-run, one kernel per op
+        n-eager-float64.jsonl               the float64 noise reference (--calibrate)
+        r0-eager.jsonl, r1-...              `--repeat`'s runs
+        bisect-007.jsonl                    `tracediff bisect`'s trials (deleted once judged)
+        fix-03.jsonl, fix-03-eager.jsonl    `tracediff fix`'s attempts; timing-<label>.json(l) its timings
+        report.json, report.txt             `tracediff run`'s report; fix.json, fix.txt `tracediff fix`'s
+    """
+
+    path: Path
+
+    @classmethod
+    def create(cls, base: str | os.PathLike[str] | None) -> RunDir:
+        """As given, or .tracediff/<timestamp>/ (unique); UserError if it cannot be written."""
+        if base is not None:
+            return cls(ensure_dir(base, "--out-dir"))
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = Path(".tracediff") / stamp
+        suffix = 1
+        while path.exists():
+            path = Path(".tracediff") / f"{stamp}-{suffix}"
+            suffix += 1
+        return cls(ensure_dir(path, "output directory"))
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def trace(self, slot: str, backend: str | None) -> Path:
+        return self.path / f"{trace_name(slot, backend)}.jsonl"
+
+    def calls_trace(self, slot: str, backend: str | None) -> Path:
+        return self.path / f"{trace_name(slot, backend)}.calls.jsonl"
+
+    def unfused_trace(self, backend: str | None) -> Path:
+        return self.path / f"{trace_name('c', backend)}-unfused.jsonl"
+
+    def float64_trace(self, backend: str | None) -> Path:
+        return self.path / f"{trace_name('n', backend)}-float64.jsonl"
+
+    def bisect_trace(self, step: int) -> Path:
+        return self.path / f"bisect-{step:03d}.jsonl"
+
+    def fix_trace(self, attempt: int, eager: bool = False) -> Path:
+        return self.path / f"fix-{attempt:02d}{'-eager' if eager else ''}.jsonl"
+
+    def timing(self, label: str) -> tuple[Path, Path]:
+        """A timing run's times and its (unrecorded) trace path."""
+        return self.path / f"timing-{label}.json", self.path / f"timing-{label}.jsonl"
+
+    @property
+    def report_json(self) -> Path:
+        return self.path / "report.json"
+
+    @property
+    def report_text(self) -> Path:
+        return self.path / "report.txt"
+
+    @property
+    def fix_json(self) -> Path:
+        return self.path / "fix.json"
+
+    @property
+    def fix_text(self) -> Path:
+        return self.path / "fix.txt"

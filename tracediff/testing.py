@@ -86,7 +86,7 @@ def assert_match(
     """
     from tracediff.diff.decide import decide
     from tracediff.diff.engine import diff_traces
-    from tracediff.launch.launcher import trace_name
+    from tracediff.outputs import RunDir
     from tracediff.report.text import render_text
 
     settings = _config(config, rtol, atol)
@@ -94,7 +94,7 @@ def assert_match(
     resolved = _backend(backend)
     directory = Path(trace_dir) if trace_dir is not None else Path(tempfile.mkdtemp(prefix="tracediff-"))
     directory.mkdir(parents=True, exist_ok=True)
-    traces = [directory / f"{trace_name('a', 'eager')}.jsonl", directory / f"{trace_name('b', resolved.name)}.jsonl"]
+    traces = [RunDir(directory).trace("a", "eager"), RunDir(directory).trace("b", resolved.name)]
     record_call(traces[0], fn, args, _backend("eager"), seed)
     record_call(traces[1], fn, args, resolved, seed)
     report = decide(diff_traces(traces[0], traces[1], settings), [str(t) for t in traces], settings).to_json()

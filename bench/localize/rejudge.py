@@ -25,8 +25,9 @@ from tracediff.config import Config
 from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import ExitCode
-from tracediff.launch.launcher import Recording
+from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
+from tracediff.outputs import RunDir
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.trace.reader import Trace
 
@@ -70,7 +71,7 @@ def rejudge(result: dict[str, Any], config: Config) -> dict[str, Any]:
         backend = Trace(fused).header.get("backend") or result["backend"]
         runs = [RunResult("eager", reference, reference.with_suffix(".log"), 0, False, 0.0),
                 RunResult(backend, fused, fused.with_suffix(".log"), 0, False, 0.0)]
-        outcome = narrow(outcome, runs, Path("target.py"), [], config, run_dir, echo=lambda _line: None,
+        outcome = narrow(outcome, runs, Path("target.py"), [], config, RunDir(run_dir), echo=lambda _line: None,
                          record=saved_recordings(run_dir))
     report = outcome.to_json()
     first = report.get("first_divergence") or {}

@@ -89,7 +89,8 @@ def list_nodes(model: str, backend: str, device: str, work: Path) -> list[dict[s
 def record_reference(model: str, device: str, work: Path) -> Path:
     """One eager recording of the script, shared by every fault of this model (recorded as `run` records A)."""
     from tracediff.config import load_config
-    from tracediff.launch.launcher import Recording, record_in_subprocess
+    from tracediff.launch.launcher import record_in_subprocess
+    from tracediff.launch.recording import Recording
 
     config = load_config(None)
     trace = work / "a-eager.jsonl"
@@ -189,6 +190,7 @@ def worker(job: dict[str, Any]) -> None:
     """In the worker process: record the faulty backend and diff it against the reference, as `run` does."""
     from tracediff.config import load_config
     from tracediff.outcome import RunResult
+    from tracediff.outputs import RunDir
     from tracediff.run.pipeline import run_against
 
     work = Path(job["dir"])
@@ -196,7 +198,7 @@ def worker(job: dict[str, Any]) -> None:
     reference = RunResult(backend="eager", trace=Path(job["reference"]), log=Path(job["reference"]).with_suffix(".log"),
                           returncode=0, timed_out=False, elapsed_s=0.0)
     report = run_against(reference, TARGET, [job["model"], "--device", job["device"]], BACKENDS[job["backend"]],
-                         config, work, echo=lambda _line: None).to_json()
+                         config, RunDir(work), echo=lambda _line: None).to_json()
     first = report.get("first_divergence") or {}
     result = dict(job, verdict=report["verdict"], reported={k: first.get(k) for k in ("op", "source", "module")},
                   candidates=[c.get("source") for c in first.get("candidates") or []],

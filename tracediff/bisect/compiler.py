@@ -33,8 +33,10 @@ from typing import Any
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.errors import TraceFormatError, UserError
-from tracediff.launch.launcher import Recording, record_in_subprocess
+from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome
+from tracediff.outputs import RunDir
 
 
 def check_bisectable(backend: str) -> None:
@@ -105,7 +107,7 @@ def run_bisection(
     backend: str,
     reference: Path,
     config: Config,
-    run_dir: Path,
+    run_dir: RunDir,
     echo: Callable[[str], None],
 ) -> tuple[Any, OracleLog]:
     """CompilerBisector.do_bisect with a tracediff oracle; returns (BisectionResult | None, log)."""
@@ -118,7 +120,7 @@ def run_bisection(
             call = len(log.steps)
             env = _bisector_env(state_dir)
             stage = env.get("TORCH_BISECT_BACKEND"), env.get("TORCH_BISECT_SUBSYSTEM")
-            trace = run_dir / f"bisect-{call:03d}.jsonl"
+            trace = run_dir.bisect_trace(call)
             started = time.perf_counter()
             run = record_in_subprocess(script, script_args, Recording.of(config, backend), trace,
                                        echo=lambda _line: None, env=env)

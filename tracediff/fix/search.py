@@ -28,8 +28,10 @@ from typing import Any
 from tracediff.config import Config
 from tracediff.errors import ExitCode, interrupt_keeps
 from tracediff.fix.plan import plan
-from tracediff.launch.launcher import Recording, check_script, record_in_subprocess
+from tracediff.launch.launcher import check_script, record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Verdict
+from tracediff.outputs import RunDir
 from tracediff.record.call_timer import ms_per_call
 from tracediff.record.fix_changes import CUSTOMIZATION, NO_COMPILE, ROUNDING, Change, encode
 from tracediff.run.pipeline import run_and_diff
@@ -150,7 +152,7 @@ def private_caches() -> Iterator[str]:
 class _Search:
     """The runs of one search: recorded attempts (counted) and timing runs, all before the deadline."""
 
-    def __init__(self, script: Path, script_args: list[str], backend: str, config: Config, run_dir: Path,
+    def __init__(self, script: Path, script_args: list[str], backend: str, config: Config, run_dir: RunDir,
                  reference: Path, echo: Callable[[str], None], deadline: float) -> None:
         self.script, self.script_args, self.backend, self.config = script, script_args, backend, config
         self.run_dir, self.reference, self.echo = run_dir, reference, echo
@@ -167,11 +169,11 @@ class _Search:
     def attempt(self, change: Change, number: int, total: int) -> Attempt:
         self.runs += 1
         started = time.perf_counter()
-        trace = self.run_dir / f"fix-{number:02d}.jsonl"
+        trace = self.run_dir.fix_trace(number)
         self.echo(f"tracediff: fix {number}/{total}: {change.describe()}")
         reference = _reference_run(self.reference)
         if change.changes_eager:  # the pasted patch changes eager too: compare against eager with it
-            eager_trace = self.run_dir / f"fix-{number:02d}-eager.jsonl"
+            eager_trace = self.run_dir.fix_trace(number, eager=True)
             reference = record_in_subprocess(self.script, self.script_args,
                                              replace(self.recording(fix=encode([change])), backend="eager"),
                                              eager_trace, echo=lambda _line: None)
@@ -191,10 +193,10 @@ class _Search:
 
     def time_calls(self, change: Change | None, label: str) -> float | None:
         """ms per call of the compiled program with `change` made (None: as compiled), unrecorded."""
-        out = self.run_dir / f"timing-{label}.json"
+        out, timing_trace = self.run_dir.timing(label)
         started = time.perf_counter()
         recording = self.recording(fix=encode([change]) if change else None, time_out=out)
-        run = record_in_subprocess(self.script, self.script_args, recording, self.run_dir / f"timing-{label}.jsonl",
+        run = record_in_subprocess(self.script, self.script_args, recording, timing_trace,
                                    echo=lambda _line: None)
         ms = None if run.failure() else ms_per_call(out)
         shown = f"{ms:.3f} ms per call" if ms is not None else f"not timed ({run.failure() or 'no compiled call'})"
@@ -224,12 +226,12 @@ def fix_script(script: str, script_args: list[str], backend: str, config: Config
                 *outcome.notes, f"no divergence between eager and {backend}: nothing to fix{rounding}")))
         if outcome.verdict is not Verdict.DIVERGED or outcome.first_divergence is None:
             return result
-        run_dir = Path(str(outcome.run_dir))
+        run_dir = RunDir(Path(str(outcome.run_dir)))
         with interrupt_keeps(f"the diagnosis and the changes tried so far are in {run_dir}"):
             return _search(result, path, script_args, config, run_dir, echo, max_runs, timeout)
 
 
-def _search(result: FixResult, path: Path, script_args: list[str], config: Config, run_dir: Path,
+def _search(result: FixResult, path: Path, script_args: list[str], config: Config, run_dir: RunDir,
             echo: Callable[[str], None], max_runs: int, timeout: float | None) -> FixResult:
     outcome = result.outcome
     first = outcome.first_divergence
@@ -281,12 +283,12 @@ def _search(result: FixResult, path: Path, script_args: list[str], config: Confi
     return final
 
 
-def _write(result: FixResult, run_dir: Path) -> None:
+def _write(result: FixResult, run_dir: RunDir) -> None:
     import json
 
     from tracediff.fix.render import render_fix
 
     report = result.to_json()
-    (run_dir / "fix.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (run_dir / "fix.txt").write_text(render_fix(report), encoding="utf-8")
+    run_dir.fix_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    run_dir.fix_text.write_text(render_fix(report), encoding="utf-8")
 

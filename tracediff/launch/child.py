@@ -1,6 +1,6 @@
 """Child process entry: run one script under the recorder with one backend.
 
-    python -m tracediff.launch.child --backend inductor --out a.jsonl -- script.py ARGS...
+    python -m tracediff.launch.child --out a.jsonl --recording '{"backend": "inductor"}' script.py -- ARGS...
 
 The script runs as `__main__` with its own argv and its directory first on
 sys.path, as `python script.py` would. Exit status: 0 when the script
@@ -21,37 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.errors import ExitCode, UserError
+from tracediff.launch.recording import Recording
 from tracediff.outputs import rank_path
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tracediff.launch.child")
-    parser.add_argument("--backend", default=None, help="backend name; omitted: as the script wrote it")
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-rank", action="store_true",
                         help="under torch's launcher: write --out with the rank in its name (t.rank1.jsonl)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-seed", action="store_true")
-    parser.add_argument("--exact", action="store_true")
-    parser.add_argument("--fallback-random", choices=("auto", "on", "off"), default="auto")
-    parser.add_argument("--materialize", action="store_true",
-                        help="inductor: one kernel per op, every intermediate in a buffer (narrowing)")
-    parser.add_argument("--capture", default=None, metavar="INDICES",
-                        help="repro: keep the arguments of the ops recorded at these comma-separated indices")
-    parser.add_argument("--capture-out", default=None, help="repro: where the kept arguments go (torch.save)")
-    parser.add_argument("--float64", action="store_true",
-                        help="compute every floating op in float64 (the noise reference of --calibrate)")
-    parser.add_argument("--fix", default=None, metavar="JSON",
-                        help="`tracediff fix`: the changes to make (record/fix_changes.py), as JSON")
-    parser.add_argument("--time-out", default=None, metavar="PATH",
-                        help="`tracediff fix`: run unrecorded, time each compiled call, write the times to PATH "
-                             "(--out is then unused)")
-    parser.add_argument("--judge", action="store_true",
-                        help="judge each compiled call on its own inputs, against eager and float64 (record/judging/)")
-    parser.add_argument("--light", action="store_true",
-                        help="record no op, only compiled calls and checks; --judge then judges within a time budget")
-    parser.add_argument("--window", default=None, metavar="REGION@CALL",
-                        help="record ops (and judge calls) only inside this call of a compiled region, e.g. Net.forward@57")
+    parser.add_argument("--recording", required=True, metavar="JSON",
+                        help="how to record, as the launcher serialized it (launch/recording.py's `Recording`)")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     return parser.parse_args(argv)
@@ -71,53 +51,51 @@ def main(argv: list[str] | None = None) -> int:
     # Like `python script.py`: modules beside the script import (custom backends too).
     sys.path.insert(0, os.path.dirname(script))
     try:
-        backend = resolve_backend(options.backend) if options.backend else None
+        recording = Recording.from_json(options.recording)
+        backend = resolve_backend(recording.backend) if recording.backend else None
+        scope, policy = _scope_and_policy(recording)
+    except ValueError as e:
+        print(f"tracediff: an unreadable --recording ({e})", file=sys.stderr)
+        return ExitCode.USAGE
     except UserError as e:
         print(f"tracediff: {e}", file=sys.stderr)
         return ExitCode.USAGE
-    fallback_random = {"auto": None, "on": True, "off": False}[options.fallback_random]
     applier = None
-    if options.fix:
+    if recording.fix:
         from tracediff.record.fix_apply import FixApplier
         from tracediff.record.fix_changes import decode
 
-        applier = FixApplier(decode(options.fix))
+        applier = FixApplier(decode(recording.fix))
 
-    try:
-        scope, policy = _scope_and_policy(options)
-    except UserError as e:
-        print(f"tracediff: {e}", file=sys.stderr)
-        return ExitCode.USAGE
     sys.argv = [script, *script_args]
-    if options.time_out:
-        return _run_timed(script, backend, fallback_random, None if options.no_seed else options.seed, applier,
-                          Path(options.time_out))
+    if recording.time_out is not None:
+        return _run_timed(script, backend, recording.fallback_random, recording.seed, applier, recording.time_out)
     materialize: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if options.materialize:
+    if recording.materialize:
         from tracediff.record.materialize import materialize_all
 
         materialize = materialize_all()
     capture = None
-    if options.capture:
+    if recording.capture:
         from tracediff.record.capture import ArgumentCapture
 
-        capture = ArgumentCapture({int(i) for i in options.capture.split(",")})
+        capture = ArgumentCapture(set(recording.capture))
     upcast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if options.float64:
+    if recording.float64:
         from tracediff.record.upcast import Float64Upcast
 
         upcast = Float64Upcast()  # entered before the recorder, so the recorder sees the program's ops
     session = RecordingSession(
         rank_path(Path(options.out)) if options.per_rank else options.out,
         backend=backend,
-        seed=None if options.no_seed else options.seed,
-        exact=options.exact,
-        fallback_random=fallback_random,
+        seed=recording.seed,
+        exact=recording.exact,
+        fallback_random=recording.fallback_random,
         command=[options.script, *script_args],
-        materialized=options.materialize,
+        materialized=recording.materialize,
         script_dir=os.path.dirname(script),
         recorder_factory=capture.recorder if capture else None,
-        upcast="float64" if options.float64 else None,
+        upcast="float64" if recording.float64 else None,
         before_compile=applier.before_compile if applier else None,
         judge=policy,
         scope=scope,
@@ -128,27 +106,27 @@ def main(argv: list[str] | None = None) -> int:
         with _script_exit_status() as status, materialize, upcast, session:
             runpy.run_path(script, run_name="__main__")
     finally:
-        if capture is not None and options.capture_out:
-            capture.save(options.capture_out)
+        if capture is not None and recording.capture_out is not None:
+            capture.save(str(recording.capture_out))
         if applier is not None:
             applier.report_unmade()
         sys.stdout.flush()
     return status.code
 
 
-def _scope_and_policy(options: argparse.Namespace) -> tuple[Any, Any]:
+def _scope_and_policy(recording: Recording) -> tuple[Any, Any]:
     """Which ops the recording keeps (record/scope.py), and which compiled calls are judged (None: none)."""
     from tracediff.record.judging.policy import InWindow, JudgePolicy, TimeBudget
     from tracediff.record.scope import CallWindow, RecordScope
 
-    if options.light and options.window:
+    if recording.light and recording.window:
         raise UserError("--light and --window exclude each other")
-    if options.window:
-        window = CallWindow.parse(options.window)
-        return RecordScope("window", window), InWindow(window) if options.judge else None
-    if options.light:
-        return RecordScope("calls"), TimeBudget() if options.judge else None
-    return RecordScope(), JudgePolicy() if options.judge else None
+    if recording.window:
+        window = CallWindow.parse(recording.window)
+        return RecordScope("window", window), InWindow(window) if recording.judge else None
+    if recording.light:
+        return RecordScope("calls"), TimeBudget() if recording.judge else None
+    return RecordScope(), JudgePolicy() if recording.judge else None
 
 
 def _run_timed(script: str, backend: Any, fallback_random: bool | None, seed: int | None, applier: Any,

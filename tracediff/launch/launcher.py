@@ -7,23 +7,20 @@ relayed live (progress) and kept in a log next to its trace.
 
 from __future__ import annotations
 
-import datetime
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracediff.config import Config
 from tracediff.errors import ExitCode, Interrupted, UserError
+from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
-from tracediff.outputs import ensure_dir, rank_path
+from tracediff.outputs import rank_path
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
 TAIL_LINES = 6
@@ -89,70 +86,6 @@ def check_syntax(path: Path) -> None:
         raise UserError(f"{path}: {e} (the script does not compile; nothing was run)") from None
 
 
-def new_run_dir(base: str | os.PathLike[str] | None) -> Path:
-    """The output directory: as given, or .tracediff/<timestamp>/ (unique); UserError if it cannot be written."""
-    if base is not None:
-        return ensure_dir(base, "--out-dir")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = Path(".tracediff") / stamp
-    suffix = 1
-    while path.exists():
-        path = Path(".tracediff") / f"{stamp}-{suffix}"
-        suffix += 1
-    return ensure_dir(path, "output directory")
-
-
-def trace_name(slot: str, backend: str | None) -> str:
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", backend or "as-written")
-    return f"{slot}-{safe}"
-
-
-@dataclass(frozen=True)
-class Recording:
-    """How one run of the script is recorded: everything the child process is told, in one value."""
-
-    backend: str | None  # None: torch.compile as the script wrote it
-    seed: int | None = 0  # None: leave the generators alone
-    exact: bool = False  # also a bitwise hash of every tensor
-    fallback_random: bool | None = None  # inductor's; None: on for inductor
-    timeout: float = 900.0  # seconds
-    materialize: bool = False  # one inductor kernel per op (narrowing)
-    float64: bool = False  # every floating op upcast (a noise reference)
-    capture: tuple[int, ...] = ()  # record indices whose arguments to keep (`tracediff repro`)
-    capture_out: Path | None = None  # where the captured arguments go
-    nproc: int = 1  # processes launched by torch's elastic launcher (torchrun), each writing its rank's trace
-    fix: str | None = None  # `tracediff fix`: the changes to make, as JSON (record/fix_changes.py's `encode`)
-    time_out: Path | None = None  # `tracediff fix`: run unrecorded and write the compiled calls' times here
-    judge: bool = False  # judge each compiled call on its own inputs against eager and float64 (record/judging/)
-    light: bool = False  # record no op, only compiled calls and checks; judge within a time budget (record/scope.py)
-    window: str | None = None  # record (and judge) only inside one compiled call, `Net.forward@57`
-
-    @classmethod
-    def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:
-        """The recording `config` asks for (seed, exact, fallback_random, timeout), with `changes`."""
-        return cls(backend, config.seed, config.exact, config.fallback_random, config.timeout, **changes)
-
-    def child_arguments(self) -> list[str]:
-        args = [] if self.backend is None else ["--backend", self.backend]
-        args += ["--no-seed"] if self.seed is None else ["--seed", str(self.seed)]
-        args += ["--exact"] * self.exact + ["--materialize"] * self.materialize + ["--float64"] * self.float64
-        if self.fallback_random is not None:
-            args += ["--fallback-random", "on" if self.fallback_random else "off"]
-        if self.capture:
-            args += ["--capture", ",".join(map(str, self.capture)), "--capture-out", str(self.capture_out)]
-        if self.fix:
-            args += ["--fix", self.fix]
-        if self.time_out is not None:
-            args += ["--time-out", str(self.time_out)]
-        if self.judge:
-            args += ["--judge"]
-        if self.light:
-            args += ["--light"]
-        if self.window:
-            args += ["--window", self.window]
-        return args
-
-
 def record_in_subprocess(script: Path, script_args: list[str], recording: Recording, trace: Path,
                          echo: Callable[[str], None], env: dict[str, str] | None = None,
                          cwd: str | None = None) -> RunResult:
@@ -168,7 +101,7 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                  str(recording.nproc), "-m", "tracediff.launch.child", "--per-rank", "--out", str(trace)]
         ranks = tuple(rank_path(trace, {"RANK": str(r), "WORLD_SIZE": str(recording.nproc)})
                       for r in range(recording.nproc))
-    command = [*child, *recording.child_arguments(), str(script), "--", *script_args]
+    command = [*child, "--recording", recording.to_json(), str(script), "--", *script_args]
 
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     start = time.perf_counter()

@@ -31,9 +31,10 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.errors import ExitCode, Interrupted, UserError, interrupt_keeps
-from tracediff.launch.launcher import Recording, record_in_subprocess
+from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Cause, Divergence, Outcome, Verdict
-from tracediff.outputs import ensure_dir
+from tracediff.outputs import RunDir, ensure_dir
 from tracediff.record.capture import CAPTURE_FORMAT, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script
 from tracediff.trace.reader import Trace, read_footer, records_at
@@ -75,7 +76,7 @@ def load_divergence(paths: list[str], config: Config) -> Recorded:
             raise UserError(f"{run_dir}: no such run directory")
         if not run_dir.is_dir():
             raise UserError(f"{run_dir}: not a run directory; pass the folder `tracediff run` wrote, or two traces")
-        report_path = run_dir / "report.json"
+        report_path = RunDir(run_dir).report_json
         if not report_path.is_file():
             raise UserError(f"{run_dir}: no report.json; pass the folder `tracediff run` wrote, or two traces")
         try:

@@ -13,9 +13,9 @@ from tracediff.diff.ranks import combine
 from tracediff.diff.replicas import check_replicas
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError, interrupt_keeps
-from tracediff.launch.launcher import check_script, new_run_dir
+from tracediff.launch.launcher import check_script
 from tracediff.outcome import Outcome
-from tracediff.outputs import rank_path, rank_set
+from tracediff.outputs import RunDir, rank_path, rank_set
 from tracediff.run.pipeline import parse_backends, run_and_diff, write_report
 from tracediff.run.ranks import run_ranks
 from tracediff.run.repeat import run_repeated
@@ -64,7 +64,7 @@ def run_distributed(script: str, script_args: list[str], backends: list[str], co
     if rank_path(Path("t.jsonl")) != Path("t.jsonl"):
         raise UserError("--nproc-per-node launches the ranks itself: run it outside torchrun")
     path = check_script(script)
-    run_dir = new_run_dir(out_dir)
+    run_dir = RunDir.create(out_dir)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         outcome = run_ranks(path, script_args, backends, config, run_dir, nproc, echo, narrow_fused)
     outcome = replace(outcome, run_dir=str(run_dir), script=str(path))

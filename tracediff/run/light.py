@@ -18,20 +18,20 @@ from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.sample import AlignmentSample
-from tracediff.launch.launcher import trace_name
 from tracediff.outcome import Outcome, RunResult, Verdict
+from tracediff.outputs import RunDir
 from tracediff.record.scope import CallWindow
 from tracediff.run.recording import compare_runs, record_run
 
 
-def run_light(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
+def run_light(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: RunDir,
               echo: Callable[[str], None], sample: AlignmentSample | None = None) -> Outcome:
     """Both runs recorded as compiled calls only; where a judged call is wrong, its window recorded in depth."""
     reference, candidate = backends
     judge = config.same_inputs and reference != candidate
-    calls_a = record_run(path, script_args, reference, run_dir / f"{trace_name('a', reference)}.calls.jsonl", config,
+    calls_a = record_run(path, script_args, reference, run_dir.calls_trace('a', reference), config,
                          echo, light=True)
-    calls_b = record_run(path, script_args, candidate, run_dir / f"{trace_name('b', candidate)}.calls.jsonl", config,
+    calls_b = record_run(path, script_args, candidate, run_dir.calls_trace('b', candidate), config,
                          echo, judge=judge, light=True)
     outcome = compare_runs(calls_a, calls_b, config, echo)
     light = light_summary(outcome, (calls_a, calls_b))
@@ -41,9 +41,9 @@ def run_light(path: Path, script_args: list[str], backends: list[str], config: C
             outcome = compare_runs(calls_a, calls_b, config, lambda _: None, sample=sample)
         return replace(outcome, light=light)
     echo(f"tracediff: the first wrong call is in {window.region} call {window.call}: recording its ops in depth")
-    deep_a = record_run(path, script_args, reference, run_dir / f"{trace_name('a', reference)}.jsonl", config, echo,
+    deep_a = record_run(path, script_args, reference, run_dir.trace('a', reference), config, echo,
                         window=str(window))
-    deep_b = record_run(path, script_args, candidate, run_dir / f"{trace_name('b', candidate)}.jsonl", config, echo,
+    deep_b = record_run(path, script_args, candidate, run_dir.trace('b', candidate), config, echo,
                         judge=judge, window=str(window))
     deep = compare_runs(deep_a, deep_b, config, echo, sample=sample)
     light = dict(light, window=str(window))

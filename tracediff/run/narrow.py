@@ -34,8 +34,10 @@ from tracediff.diff.engine import diff_traces
 from tracediff.diff.fusion import PRECISION, WRONG_RESULT, FusionEffect, judge_divergence
 from tracediff.diff.precision import preserves_values
 from tracediff.errors import TraceFormatError
-from tracediff.launch.launcher import Recording, record_in_subprocess, trace_name
+from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Site, Verdict
+from tracediff.outputs import RunDir
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import KERNEL
 
@@ -140,7 +142,7 @@ def feeds_a_candidate(records: dict[int, dict[str, Any]], fused: list[dict[str, 
 
 
 def narrow(outcome: Outcome, runs: list[RunResult], script: Path, script_args: list[str], config: Config,
-           run_dir: Path, echo: Callable[[str], None], record: Callable[..., RunResult] | None = None) -> Outcome:
+           run_dir: RunDir, echo: Callable[[str], None], record: Callable[..., RunResult] | None = None) -> Outcome:
     """`outcome` with its first divergence narrowed (or annotated why not). `record` runs the script
     as `launcher.record_in_subprocess` (the default) does; another one re-judges recordings already made."""
     record = record or record_in_subprocess
@@ -153,7 +155,7 @@ def narrow(outcome: Outcome, runs: list[RunResult], script: Path, script_args: l
     else:
         echo("tracediff: the difference grew from below the tolerance, perhaps inside fused kernels; "
              "re-running with one kernel per op to see where it was made")
-    trace = run_dir / f"{trace_name('c', runs[1].backend)}-unfused.jsonl"
+    trace = run_dir.unfused_trace(runs[1].backend)
     rerun = record(script, script_args, Recording.of(config, runs[1].backend, materialize=True), trace, echo)
     trace = rerun.trace  # where it went: one rank's trace of a distributed run
     narrowing: dict[str, Any] = {"method": METHOD, "trace": str(trace), "fused_candidates": candidates}
@@ -177,7 +179,7 @@ def narrow(outcome: Outcome, runs: list[RunResult], script: Path, script_args: l
     judgement = judge_unfused(found, candidates, moves, partial(feeds_a_candidate, records, candidates, moves))
     narrowing["result"] = judgement.result
     if judgement.result == "vanished":
-        float64_trace = Path(noise_trace) if noise_trace else run_dir / f"{trace_name('n', runs[0].backend)}-float64.jsonl"
+        float64_trace = Path(noise_trace) if noise_trace else run_dir.float64_trace(runs[0].backend)
         effect = _fusion_effect(first.to_json(), runs[0], float64_trace, bool(noise_trace), script, script_args,
                                 config, echo, record)
         narrowing.update(fusion_effect=effect.effect, fusion_evidence=dict(effect.as_dict(), float64_trace=str(float64_trace)))

@@ -13,9 +13,10 @@ from pathlib import Path
 from tracediff.config import Config
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError, interrupt_keeps
-from tracediff.launch.launcher import Recording, check_script, new_run_dir, record_in_subprocess, trace_name
+from tracediff.launch.launcher import check_script, record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Verdict
-from tracediff.outputs import check_file, rank_path
+from tracediff.outputs import RunDir, check_file, rank_path
 from tracediff.record.backends import resolve_backend
 from tracediff.report.text import render_text
 from tracediff.run import backend_source
@@ -99,12 +100,12 @@ def run_and_diff(
     `sample`, if given, collects a bounded view of the alignment (for `--html`).
     """
     path = check_script(script)
-    run_dir = new_run_dir(out_dir)
+    run_dir = RunDir.create(out_dir)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         return _run_and_diff(path, script_args, backends, config, run_dir, echo, narrow_fused, calibrate, sample)
 
 
-def _run_and_diff(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path,
+def _run_and_diff(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: RunDir,
                   echo: Callable[[str], None], narrow_fused: bool, calibrate: bool,
                   sample: AlignmentSample | None) -> Outcome:
     if config.light:
@@ -112,11 +113,11 @@ def _run_and_diff(path: Path, script_args: list[str], backends: list[str], confi
         outcome = replace(outcome, run_dir=str(run_dir), script=str(path))
         write_report(outcome, run_dir)
         return outcome
-    reference = record_run(path, script_args, backends[0], run_dir / f"{trace_name('a', backends[0])}.jsonl", config, echo)
+    reference = record_run(path, script_args, backends[0], run_dir.trace('a', backends[0]), config, echo)
     return run_against(reference, path, script_args, backends[1], config, run_dir, echo, narrow_fused, calibrate, sample)
 
 
-def run_against(reference: RunResult, path: Path, script_args: list[str], backend: str, config: Config, run_dir: Path,
+def run_against(reference: RunResult, path: Path, script_args: list[str], backend: str, config: Config, run_dir: RunDir,
                 echo: Callable[[str], None], narrow_fused: bool = True, calibrate: bool = False,
                 sample: AlignmentSample | None = None) -> Outcome:
     """Record `backend` and diff it against a recorded reference run: the second half of `run`.
@@ -126,12 +127,12 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
     """
     # The candidate is judged call by call on its own inputs (record/judging/), unless it is the reference's backend.
     judge = config.same_inputs and reference.backend != backend
-    run_b = record_run(path, script_args, backend, run_dir / f"{trace_name('b', backend)}.jsonl", config, echo,
+    run_b = record_run(path, script_args, backend, run_dir.trace('b', backend), config, echo,
                        judge=judge)
     noise_trace = None
     if calibrate:
         noise_run = record_run(path, script_args, reference.backend or "eager",
-                               run_dir / f"{trace_name('n', reference.backend or 'eager')}-float64.jsonl",
+                               run_dir.float64_trace(reference.backend or 'eager'),
                                config, echo, label=" in float64 (noise reference)", float64=True)
         if noise_run.failure():
             raise UserError(f"--calibrate: the float64 re-run failed ({noise_run.failure()}); run without --calibrate")
@@ -145,10 +146,10 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
     return outcome
 
 
-def write_report(outcome: Outcome, run_dir: Path) -> None:
+def write_report(outcome: Outcome, run_dir: RunDir) -> None:
     report = outcome.to_json()
-    (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (run_dir / "report.txt").write_text(render_text(report), encoding="utf-8")
+    run_dir.report_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    run_dir.report_text.write_text(render_text(report), encoding="utf-8")
 
 
 def bisect_script(
@@ -166,13 +167,13 @@ def bisect_script(
         outcome = replace(outcome, notes=(*outcome.notes, f"no divergence between eager and {backend}: nothing to bisect"))
     if outcome.verdict is not Verdict.DIVERGED:
         return outcome
-    run_dir = Path(str(outcome.run_dir))
+    run_dir = RunDir(Path(str(outcome.run_dir)))
     with interrupt_keeps(f"the traces and report of eager vs {backend} are in {run_dir}; the bisection was cut short"):
         return _bisect(outcome, script, script_args, backend, config, run_dir, echo)
 
 
 def _bisect(outcome: Outcome, script: str, script_args: list[str], backend: str, config: Config,
-            run_dir: Path, echo: Callable[[str], None]) -> Outcome:
+            run_dir: RunDir, echo: Callable[[str], None]) -> Outcome:
     from tracediff.bisect.compiler import bisected, run_bisection
 
     echo(f"tracediff: bisecting {backend} with torch's CompilerBisector (one recorded run per step)")

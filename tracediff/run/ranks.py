@@ -10,8 +10,10 @@ from pathlib import Path
 from tracediff.config import Config
 from tracediff.diff.ranks import combine, replica_outcome
 from tracediff.diff.replicas import ReplicaCheck, check_replicas
-from tracediff.launch.launcher import Recording, record_in_subprocess, trace_name
+from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, RunSummary, Verdict
+from tracediff.outputs import RunDir
 
 
 def rank_run(run: RunResult, rank: int) -> RunResult:
@@ -56,13 +58,13 @@ def check_run_replicas(run: RunResult, config: Config, echo: Callable[[str], Non
     return check
 
 
-def run_ranks(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: Path, nproc: int,
+def run_ranks(path: Path, script_args: list[str], backends: list[str], config: Config, run_dir: RunDir, nproc: int,
               echo: Callable[[str], None], narrow_fused: bool = True) -> Outcome:
     """Two backends on `nproc` ranks each, compared rank by rank; one backend: its replicas checked only."""
     from tracediff.run.narrow import narrow, needs_narrowing
     from tracediff.run.recording import compare_runs, record_run
 
-    runs = [record_run(path, script_args, backend, run_dir / f"{trace_name(slot, backend)}.jsonl", config, echo,
+    runs = [record_run(path, script_args, backend, run_dir.trace(slot, backend), config, echo,
                        nproc=nproc) for slot, backend in zip("ab", backends)]
     checks = [c for c in (check_run_replicas(run, config, echo) for run in runs) if c is not None]
     if len(runs) == 1:

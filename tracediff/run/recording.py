@@ -12,7 +12,8 @@ from tracediff.diff.determinism import with_advice
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError
-from tracediff.launch.launcher import Recording, record_in_subprocess
+from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult
 
 

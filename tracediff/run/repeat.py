@@ -17,8 +17,9 @@ from typing import Any
 
 from tracediff.config import Config
 from tracediff.errors import interrupt_keeps
-from tracediff.launch.launcher import check_script, new_run_dir, trace_name
+from tracediff.launch.launcher import check_script
 from tracediff.outcome import Outcome, RunResult, Verdict
+from tracediff.outputs import RunDir
 from tracediff.report.text import describe_comparison
 from tracediff.run.narrow import narrow, needs_narrowing
 from tracediff.run.pipeline import write_report
@@ -52,18 +53,18 @@ def run_repeated(
     narrow_fused: bool = True,
 ) -> Outcome:
     path = check_script(script)
-    run_dir = new_run_dir(out_dir)
+    run_dir = RunDir.create(out_dir)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         return _run_repeated(path, script_args, backends, repeat, config, run_dir, echo, narrow_fused)
 
 
 def _run_repeated(path: Path, script_args: list[str], backends: list[str], repeat: int, config: Config,
-                  run_dir: Path, echo: Callable[[str], None], narrow_fused: bool) -> Outcome:
+                  run_dir: RunDir, echo: Callable[[str], None], narrow_fused: bool) -> Outcome:
     unique = list(dict.fromkeys(backends))
     runs: dict[str, list[RunResult]] = {}
     for backend in unique:
         runs[backend] = [
-            record_run(path, script_args, backend, run_dir / f"{trace_name(f'r{k}', backend)}.jsonl", config, echo,
+            record_run(path, script_args, backend, run_dir.trace(f'r{k}', backend), config, echo,
                        label=f" (run {k} of {repeat})")
             for k in range(1, repeat + 1)
         ]
