@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import FIXTURES, invoke, marker_line
 from tests.synth import TraceBuilder
-from tracediff.diff.nan import scan
+from tracediff.diff.nan_origin import scan
 
 X = torch.linspace(0.0, 2.0, 8)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracediff.diff.nan import NanOrigin
+from tracediff.diff.nan_origin import NanOrigin
 from tracediff.diff.place import makes_nonfinite
 from tracediff.op_names import base_op, is_collective, short
 from tracediff.trace.reader import Trace

@@ -44,7 +44,7 @@ from tracediff.diff.amplified import BARELY_BEYOND, Amplified, Amplifier, amplif
 from tracediff.diff.compare import TensorComparison, TensorDiff, compare_fingerprints
 from tracediff.diff.computed import ComputedValues
 from tracediff.diff.garbage import Garbage
-from tracediff.diff.nan import NanOrigin
+from tracediff.diff.nan_origin import NanOrigin
 from tracediff.diff.noise import Noise
 from tracediff.diff.place import Place
 from tracediff.diff.precision import CarriedPrecision, only_moves, preserves_values, rewrites_an_input

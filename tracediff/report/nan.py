@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tracediff.diff.nan import NanScan, scan
+from tracediff.diff.nan_origin import NanScan, scan
 from tracediff.errors import ExitCode
 from tracediff.report.text import describe_nan_origin
 

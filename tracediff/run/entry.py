@@ -9,7 +9,7 @@ from pathlib import Path
 from tracediff.config import Config
 from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
-from tracediff.diff.ranks import combine
+from tracediff.diff.rank_verdict import combine
 from tracediff.diff.replicas import check_replicas
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError, interrupt_keeps

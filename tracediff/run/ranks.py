@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tracediff.config import Config
-from tracediff.diff.ranks import combine, replica_outcome
+from tracediff.diff.rank_verdict import combine, replica_outcome
 from tracediff.diff.replicas import ReplicaCheck, check_replicas
 from tracediff.launch.launcher import record_in_subprocess
 from tracediff.launch.recording import Recording
