@@ -72,7 +72,7 @@ def _marked_copy(into: Path) -> None:
 
 def _why_submit(counts: collections.Counter[str]) -> Any:
     """A `DeviceFingerprints.submit` that counts each call by why the fast entry did not take the tensor."""
-    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprints.device import DeviceFingerprints
 
     original = DeviceFingerprints.submit
 
@@ -108,7 +108,7 @@ def main() -> int:
     spent, patches = timers(parts)
     submits: collections.Counter[str] = collections.Counter()
     if options.device.startswith("cuda"):
-        from tracediff.record.device_fingerprints import DeviceFingerprints
+        from tracediff.record.fingerprints.device import DeviceFingerprints
 
         patches.append((DeviceFingerprints, "submit", _why_submit(submits)))
     fn = workloads.make(options.workload, device=options.device)

@@ -1,7 +1,7 @@
 """The device fingerprint kernel against `x.sum()` and, optionally, against another version of it.
 
     python3 bench/fingerprint_kernel_ab.py [OLD_KERNEL_MODULE.py]
-    # e.g. git show 43504d9:tracediff/record/fingerprint_kernel.py > /tmp/old_kernel.py
+    # e.g. git show 43504d9:tracediff/record/fingerprints/kernel.py > /tmp/old_kernel.py
 
 For sizes from 1000 elements to GPT-2's logits (206M): device time per launch (CUDA events, 20
 launches) and the largest difference from the host's fingerprint (or from the old kernel's past 8M
@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from gpu import device_ms  # noqa: E402
 
-from tracediff.record import fingerprint_kernel as new  # noqa: E402
-from tracediff.record.device_fingerprints import PROGRAMS, reduce_partials  # noqa: E402
-from tracediff.record.fingerprint import fingerprint, from_stats  # noqa: E402
+from tracediff.record.fingerprints import kernel as new  # noqa: E402
+from tracediff.record.fingerprints.device import PROGRAMS, reduce_partials  # noqa: E402
+from tracediff.record.fingerprints.fingerprint import fingerprint, from_stats  # noqa: E402
 
 SIZES = (1000, 4099, 5000, 2**20, 8 * 1024 * 768, 8 * 512 * 3072, 8 * 512 * 50257)
 

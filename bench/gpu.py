@@ -140,8 +140,8 @@ def micro() -> dict[str, Any]:
     per kernel shape, and the host time of one `submit` (launch included)."""
     import torch
 
-    from tracediff.record import fingerprint_kernel
-    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprints import kernel as fingerprint_kernel
+    from tracediff.record.fingerprints.device import DeviceFingerprints
 
     rows = []
     for n in (2**20, 8 * 1024 * 768, 2**27):

@@ -57,7 +57,7 @@ def main() -> int:
     sys.path.insert(0, str(scratch_dir))
     import torch
 
-    from tracediff.record import fingerprint as new
+    from tracediff.record.fingerprints import fingerprint as new
 
     old = importlib.import_module(f"{OLD_NAME}.record.fingerprint")
     versions = {"this tree": (new.fingerprint, new.Scratch()), options.old: (old.fingerprint, old.Scratch())}

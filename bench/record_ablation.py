@@ -62,8 +62,8 @@ VARIANTS: dict[str, list[tuple[type, str, Any]]] = {
 
 def timed_parts(device: str) -> list[tuple[type, str]]:
     """The recorder's functions `--timers` times (inclusive: a function's time includes what it calls)."""
-    from tracediff.record.device_fingerprints import DeviceFingerprints
-    from tracediff.record.host_stats import HostStats
+    from tracediff.record.fingerprints.device import DeviceFingerprints
+    from tracediff.record.fingerprints.host_stats import HostStats
 
     parts: list[tuple[type, str]] = [
         (TraceRecorder, "_dispatch"), (TraceRecorder, "_describe"), (TraceRecorder, "_fingerprint"),
@@ -73,7 +73,7 @@ def timed_parts(device: str) -> list[tuple[type, str]]:
         (DeviceFingerprints, "poll"), (DeviceFingerprints, "_read_oldest"), (HostStats, "stats"),
     ]
     if device.startswith("cuda"):
-        from tracediff.record.fingerprint_kernel import Launcher
+        from tracediff.record.fingerprints.kernel import Launcher
 
         parts += [(Launcher, "many"), (Launcher, "__call__")]
     return parts
@@ -131,8 +131,8 @@ def main() -> int:
     fn = workloads.make(options.workload, device=options.device)
     variants = dict(VARIANTS)
     if options.device.startswith("cuda"):  # the device fingerprints' parts: their placeholders, queue, launches
-        from tracediff.record.device_fingerprints import DeviceFingerprints
-        from tracediff.record.fingerprint_kernel import _DirectLaunches
+        from tracediff.record.fingerprints.device import DeviceFingerprints
+        from tracediff.record.fingerprints.kernel import _DirectLaunches
 
         variants["fingerprints: a placeholder each, no queue"] = [(DeviceFingerprints, "submit", lambda self, t: {})]
         variants["fingerprints: queued, never launched"] = [(_DirectLaunches, "__call__", lambda self, *a: None)]

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record import mode as recorder_module  # noqa: E402
-from tracediff.record.device_fingerprints import DeviceFingerprints  # noqa: E402
+from tracediff.record.fingerprints.device import DeviceFingerprints  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
 
 

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from gpu import device_ms  # noqa: E402
 
-from tracediff.record import fingerprint_kernel  # noqa: E402
-from tracediff.record.device_fingerprints import _STATS, PROGRAMS, strided_layout  # noqa: E402
+from tracediff.record.fingerprints import kernel as fingerprint_kernel  # noqa: E402
+from tracediff.record.fingerprints.device import _STATS, PROGRAMS, strided_layout  # noqa: E402
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ TENSORS = 4096
 
 
 def _per_submit(tensors: list[torch.Tensor], launch: bool) -> float:
-    from tracediff.record.device_fingerprints import DeviceFingerprints
+    from tracediff.record.fingerprints.device import DeviceFingerprints
 
     fingerprints = DeviceFingerprints()
     if not launch:

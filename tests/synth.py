@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.fingerprints.fingerprint import fingerprint
 from tracediff.trace.writer import TraceWriter
 
 

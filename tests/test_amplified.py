@@ -18,7 +18,7 @@ from tracediff.config import Config
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.diff.decide import decide
 from tracediff.diff.engine import diff_traces
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.fingerprints.fingerprint import fingerprint
 
 X = torch.linspace(-1, 1, 32).reshape(2, 16)
 W = torch.linspace(0.5, 1.5, 256).reshape(16, 16)

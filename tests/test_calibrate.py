@@ -14,7 +14,7 @@ from tests.synth import TraceBuilder
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.diff.noise import measure_noise, relative_noise
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.fingerprints.fingerprint import fingerprint
 from tracediff.record.upcast import Float64Upcast
 
 TOL = Tolerance(1e-4, 1e-6)

@@ -6,7 +6,7 @@ import torch
 
 from tracediff.config import EXACT, Tolerance
 from tracediff.diff.compare import compare_fingerprints
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.fingerprints.fingerprint import fingerprint
 
 F32 = Tolerance(1e-4, 1e-6)
 

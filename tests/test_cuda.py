@@ -116,8 +116,8 @@ def test_recording_makes_no_host_sync_per_op(tmp_path) -> None:
 def test_fingerprints_are_read_in_batches(tmp_path) -> None:
     """Thousands of ops: one read per batch of fingerprints, not one per op."""
     import tracediff
-    from tracediff.record.device_fingerprints import BATCH
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.device import BATCH
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     x = torch.randn(1000, device="cuda")
     with tracediff.record(tmp_path / "t.jsonl") as session:
@@ -274,8 +274,8 @@ def test_a_synchronize_bound_before_the_recording_or_the_accelerators_writes_hel
     list(range(-5000, 5000)),
 ])
 def test_triton_and_torch_device_fingerprints_agree(values) -> None:
-    from tracediff.record.device_fingerprints import DeviceFingerprints
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.device import DeviceFingerprints
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     t = torch.tensor(values, dtype=torch.float32, device="cuda")
     triton_fps = DeviceFingerprints()
@@ -307,8 +307,8 @@ def test_fingerprint_kernel_is_launched_directly_after_the_first_time() -> None:
     once per specialization, then the compiled kernel is called directly (no fallback taken)."""
     from unittest import mock
 
-    from tracediff.record import fingerprint_kernel
-    from tracediff.record.device_fingerprints import _STATS
+    from tracediff.record.fingerprints import kernel as fingerprint_kernel
+    from tracediff.record.fingerprints.device import _STATS
 
     launcher = fingerprint_kernel.Launcher()
     out = torch.zeros((4, 8, _STATS), dtype=torch.float64, device="cuda")  # a row per tensor, as the recorder's
@@ -328,8 +328,8 @@ def test_fingerprint_kernel_is_launched_directly_after_the_first_time() -> None:
 def test_the_kernel_reads_each_float_dtype_as_it_is_and_matches_the_host(dtype, n) -> None:
     """The kernel owns columns of the sketch's period (the fold): sizes around one period and many, and
     half-precision tensors read without a float32 copy, all agree with the host's fingerprint."""
-    from tracediff.record.device_fingerprints import DeviceFingerprints
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.device import DeviceFingerprints
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     t = (torch.randn(n, device="cuda") * 3 + 0.5).to(dtype)
     t[n // 2] = float("nan")
@@ -354,12 +354,12 @@ def test_integer_bool_and_complex_tensors_are_read_by_the_kernel_and_match_the_h
     launch, and the host's fingerprint (integers' sums exactly: every partial sum is an integer below 2**53)."""
     from unittest import mock
 
-    from tracediff.record.device_fingerprints import DeviceFingerprints
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.device import DeviceFingerprints
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     t = make()
     device = DeviceFingerprints()
-    with mock.patch("tracediff.record.device_fingerprints._torch_partials") as torch_ops:
+    with mock.patch("tracediff.record.fingerprints.device._torch_partials") as torch_ops:
         fp = device.submit(t)
         device.finish()
     assert not torch_ops.mock_calls
@@ -376,8 +376,8 @@ def test_the_kernel_counts_subnormal_values_and_signed_zeros_as_the_host_does(dt
     """The kernel takes |x|'s maximum on float32 bits and tests for NaN and Inf in float32: a tensor of values
     below float32's smallest normal one (which a float32 `maximum` may flush to zero), negative zeros, NaN and
     Inf gets the host's maximum exactly, its counts, and its sums."""
-    from tracediff.record.device_fingerprints import DeviceFingerprints
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.device import DeviceFingerprints
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     tiny = torch.tensor([1e-40, -3e-39, 7e-42, -0.0, 0.0], dtype=torch.float64)
     t = tiny.repeat(2000).to(dtype).to("cuda")  # 10000 elements: more than a period, rows across programs
@@ -400,8 +400,8 @@ def test_one_launch_for_many_tensors_gives_the_same_bits_as_one_launch_each(dtyp
     direct (no JIT)."""
     from unittest import mock
 
-    from tracediff.record import fingerprint_kernel
-    from tracediff.record.device_fingerprints import _STATS, PROGRAMS
+    from tracediff.record.fingerprints import kernel as fingerprint_kernel
+    from tracediff.record.fingerprints.device import _STATS, PROGRAMS
 
     launcher = fingerprint_kernel.Launcher()
     sizes = [1, 4098, 4099, 4100, 3 * 4099 + 5, 1 << 20, 77777, 6]
@@ -437,8 +437,8 @@ def test_a_strided_view_read_in_place_gives_the_bits_of_its_contiguous_copy(make
     merging, each read with only the divisions it needs): the partials are those of a launch on its contiguous
     copy, bit for bit (traces compare the same either way), and reading it takes no device memory beyond the
     batch buffer."""
-    from tracediff.record import fingerprint_kernel
-    from tracediff.record.device_fingerprints import _STATS, PROGRAMS, strided_layout
+    from tracediff.record.fingerprints import kernel as fingerprint_kernel
+    from tracediff.record.fingerprints.device import _STATS, PROGRAMS, strided_layout
 
     t = make(dtype)
     layout = strided_layout(t.shape, t.stride())
@@ -461,8 +461,8 @@ def test_the_queue_waits_through_writes_elsewhere_and_launches_before_a_write_to
     """A write to other memory (a generated kernel's fresh output) leaves the queue waiting, so one launch
     serves several kernels; a write to a queued tensor's memory (a buffer inductor reuses, through another
     tensor of its storage) launches the queue first: the fingerprint is the value before the write."""
-    from tracediff.record.device_fingerprints import DeviceFingerprints
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.device import DeviceFingerprints
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     device = DeviceFingerprints()
     if not device.uses_triton:
@@ -487,7 +487,7 @@ def test_queued_fingerprints_are_launched_on_the_stream_their_tensors_were_made_
     side stream (where `y` is made), behind the busy work, and the default stream must wait for it
     before the write, or it reads zeros."""
     import tracediff
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.fingerprint import fingerprint
     from tracediff.trace.reader import read_trace
 
     x = torch.randn(4096, device="cuda")

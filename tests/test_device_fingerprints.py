@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import tracediff
-from tracediff.record import device_fingerprints
-from tracediff.record.device_fingerprints import DeviceFingerprints, _torch_partials
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.fingerprints import device as device_fingerprints
+from tracediff.record.fingerprints.device import DeviceFingerprints, _torch_partials
+from tracediff.record.fingerprints.fingerprint import fingerprint
 from tracediff.record.mode import TraceRecorder
 from tracediff.trace.reader import Trace, read_trace
 

@@ -9,7 +9,7 @@ import torch
 
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints, sketch_distance
-from tracediff.record.fingerprint import SKETCH_WIDTH, content_hash, fingerprint, sketch_signs
+from tracediff.record.fingerprints.fingerprint import SKETCH_WIDTH, content_hash, fingerprint, sketch_signs
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_a_one_element_tensor_gets_the_fingerprint_the_torch_ops_give(value: tor
 
 
 def test_the_scratch_hands_out_its_buffer_again_and_fingerprints_stay_right() -> None:
-    from tracediff.record.fingerprint import Scratch
+    from tracediff.record.fingerprints.fingerprint import Scratch
 
     scratch = Scratch(limit_bytes=1 << 20)
     first = scratch.take(5000, torch.float32, Scratch.ABS)
@@ -178,7 +178,7 @@ def test_the_scratch_hands_out_its_buffer_again_and_fingerprints_stay_right() ->
 
 def test_a_batch_of_rows_fills_placeholders_as_from_stats_makes_fingerprints() -> None:
     """The device batch's fill: the same values, types and key order (the trace's bytes) as `from_stats`, row by row."""
-    from tracediff.record.fingerprint import fill_from_rows, from_stats
+    from tracediff.record.fingerprints.fingerprint import fill_from_rows, from_stats
 
     rows = torch.randn(5, 6 + SKETCH_WIDTH, dtype=torch.float64)
     rows[:, 2] = rows[:, 2].abs()

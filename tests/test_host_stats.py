@@ -1,4 +1,4 @@
-"""The one-pass C statistics for CPU fingerprints (record/host_stats.py): the torch ops' numbers, threads or
+"""The one-pass C statistics for CPU fingerprints (record/fingerprints/host_stats.py): the torch ops' numbers, threads or
 not, the non-finite path, and the fallbacks where no compiler builds them."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracediff.record import host_stats
-from tracediff.record.fingerprint import (
+from tracediff.record.fingerprints import host_stats
+from tracediff.record.fingerprints.fingerprint import (
     SKETCH_PERIOD,
     SKETCH_WIDTH,
     Scratch,
@@ -99,7 +99,7 @@ def test_nan_and_inf_take_the_non_finite_path_with_their_counts(n: int, monkeypa
     x = torch.randn(n)
     x[3], x[n // 2], x[-1] = float("nan"), float("inf"), float("-inf")
     compiled = fingerprint(x)
-    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprint"), "_compiled_stats", lambda: None)
+    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprints.fingerprint"), "_compiled_stats", lambda: None)
     reference = fingerprint(x)
     assert compiled == reference  # the non-finite path is the torch ops' in both
     assert compiled is not None and (compiled["nan"], compiled["inf"]) == (1, 2)
@@ -287,7 +287,7 @@ def test_a_traces_header_says_how_its_cpu_statistics_were_computed(tmp_path: Pat
     compiled = _compiled_stats()
     expected = "torch ops" if compiled is None else compiled.description
     assert Trace(tmp_path / "compiled.jsonl").header["host_fingerprints"] == expected
-    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprint"), "_compiled_stats", lambda: None)
+    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprints.fingerprint"), "_compiled_stats", lambda: None)
     with tracediff.record(tmp_path / "torch.jsonl"):
         torch.randn(10).sum()
     assert Trace(tmp_path / "torch.jsonl").header["host_fingerprints"] == "torch ops"

@@ -13,7 +13,7 @@ from tests.conftest import TRACES_ONLY, child_command, marker_line
 from tests.synth import TraceBuilder
 from tracediff.diff.fusion import PRECISION, UNKNOWN, WRONG_RESULT, judge
 from tracediff.outcome import Outcome
-from tracediff.record.fingerprint import fingerprint
+from tracediff.record.fingerprints.fingerprint import fingerprint
 from tracediff.run.narrow import feeds_a_candidate, judge_unfused, needs_narrowing, runs_generated_kernels
 
 # -- when to narrow: from B's trace, not the backend's name ------------------------------

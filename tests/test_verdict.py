@@ -1347,11 +1347,11 @@ def test_a_buffer_read_transposed_holds_the_content_its_kernel_wrote(monkeypatch
     """The same values summed in another order (a transposed `reinterpret_tensor`) differ in their sums'
     last float32 digits; their content (what the walk back through B matches on) is the same."""
     from tracediff.diff.verdict import _content
-    from tracediff.record.fingerprint import fingerprint
+    from tracediff.record.fingerprints.fingerprint import fingerprint
 
     # The torch ops' float32 sums, as traces recorded without the compiled statistics have them (those sum in
     # double, where these 6144 values happen to give the same sums in either order).
-    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprint"), "_compiled_stats", lambda: None)
+    monkeypatch.setattr(importlib.import_module("tracediff.record.fingerprints.fingerprint"), "_compiled_stats", lambda: None)
     gen = torch.Generator().manual_seed(3)
     y = torch.randn(96, 10, generator=gen) @ torch.randn(10, 64, generator=gen)
     written, read = fingerprint(y), fingerprint(y.t())

@@ -3,7 +3,7 @@
     python bench/localize/sketch_error.py bench/out/localize-cpu     # a benchmark run's --work folder
 
 For every fault the run saved results of (`b.pt`, beside the model's eager `reference/a.pt`), each result's
-difference from eager is sketched as the recorder does (record/fingerprint.py: signed sums of the values
+difference from eager is sketched as the recorder does (record/fingerprints/fingerprint.py: signed sums of the values
 folded by SKETCH_PERIOD) with the first 4, 8 and SKETCH_WIDTH sign patterns, and the estimated distance is
 divided by the exact one. Prints quantiles per width: a low quantile far under 1 means differences beyond
 the tolerance pass as within it.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tracediff.record.fingerprint import SKETCH_PERIOD, SKETCH_WIDTH, sketch_signs
+from tracediff.record.fingerprints.fingerprint import SKETCH_PERIOD, SKETCH_WIDTH, sketch_signs
 
 
 def ratios(work: Path, widths: tuple[int, ...]) -> dict[int, list[float]]:

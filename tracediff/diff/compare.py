@@ -101,7 +101,7 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
 
 
 def sketch_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
-    """||a - b|| estimated from the two sketches (record/fingerprint.py), or None without both. Sketches of
+    """||a - b|| estimated from the two sketches (record/fingerprints/fingerprint.py), or None without both. Sketches of
     different widths (traces recorded before the sketch widened) share their first sums: those are used."""
     ska, skb = a.get("sk"), b.get("sk")
     if not ska or not skb:

@@ -36,8 +36,8 @@ from torch.utils._python_dispatch import (
 from tracediff.op_names import UNINITIALIZED_OUTPUT_OPS, op_name
 from tracediff.record.after_import import AfterImport
 from tracediff.record.backward_source import BackwardSources
-from tracediff.record.device_fingerprints import DeviceFingerprints
-from tracediff.record.fingerprint import (
+from tracediff.record.fingerprints.device import DeviceFingerprints
+from tracediff.record.fingerprints.fingerprint import (
     PLAIN_TENSORS,
     Scratch,
     fingerprint,

@@ -28,7 +28,7 @@ from tracediff.record.backends import Backend
 from tracediff.record.compile_redirect import CompileRedirect
 from tracediff.record.cuda_graphs import CudaGraphGuard
 from tracediff.record.customizations import compiler_customizations, no_customizations
-from tracediff.record.fingerprint import FINGERPRINT_KINDS, host_fingerprint_path
+from tracediff.record.fingerprints.fingerprint import FINGERPRINT_KINDS, host_fingerprint_path
 from tracediff.record.fork import ForkGuard
 from tracediff.record.host_waits import HostWaits
 from tracediff.record.judging.policy import JudgePolicy

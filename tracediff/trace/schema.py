@@ -86,7 +86,7 @@ RECORD_TYPES = frozenset({OP, REGION, KERNEL, CHECK})
 # TypedDict is one), built and read by key; `total=False` keys are written only where they apply.
 
 class Fingerprint(TypedDict, total=False):
-    """Statistics of a tensor's finite elements (record/fingerprint.py)."""
+    """Statistics of a tensor's finite elements (record/fingerprints/fingerprint.py)."""
 
     sum: float
     l1: float
@@ -194,7 +194,7 @@ class Header(TypedDict, total=False):
     cwd: str
     seed: int | None
     fingerprint: list[str]
-    # How CPU tensors' statistics were computed (record/fingerprint.py's host_fingerprint_path): traces of two paths
+    # How CPU tensors' statistics were computed (record/fingerprints/fingerprint.py's host_fingerprint_path): traces of two paths
     # differ within float32 rounding, and the header differences say so.
     host_fingerprints: str
     exact: bool

@@ -8,7 +8,7 @@ of a few float32 ulps of `l1` and `l2`, far below any float32 tolerance),
 float64 for float64, integer and bool tensors; smaller tensors in float64.
 NaN/Inf tensors are re-read in float64 (schema 2; schema 1 made a float64 copy
 of every tensor, four times the memory traffic). On CPU the same statistics come
-from one pass in C (record/host_stats.py: float32 past one period in short float32
+from one pass in C (record/fingerprints/host_stats.py: float32 past one period in short float32
 sums that join double ones, as here; the rest in double), strided views read in
 place, where a C compiler can build it; these torch ops are its fallback:
 
@@ -49,8 +49,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
-from tracediff.record import host_stats
-from tracediff.record.host_stats import PLAIN_TENSORS, HostStats, memory_holds
+from tracediff.record.fingerprints import host_stats
+from tracediff.record.fingerprints.host_stats import PLAIN_TENSORS, HostStats, memory_holds
 from tracediff.trace.schema import Fingerprint
 
 FINGERPRINT_KINDS = ("sum", "l1", "l2", "max", "nan", "inf", "n", "sk")
@@ -63,7 +63,7 @@ SKETCH_WIDTH = 16
 @functools.lru_cache(maxsize=8)
 def sketch_signs(device: str = "cpu") -> torch.Tensor:
     """[SKETCH_PERIOD, SKETCH_WIDTH] float64 of +-1: bit j of a multiplicative hash of the position.
-    The same function of the position on every device (record/fingerprint_kernel.py computes it too).
+    The same function of the position on every device (record/fingerprints/kernel.py computes it too).
     Computed on `device` itself: a copy from the host would be a synchronizing call on CUDA, made at the
     first fingerprint, wherever the program is."""
     r = torch.arange(SKETCH_PERIOD, dtype=torch.int64, device=device)
@@ -75,7 +75,7 @@ def sketch_signs(device: str = "cpu") -> torch.Tensor:
 
 def sketch_masks() -> torch.Tensor:
     """[SKETCH_PERIOD] int32: the sketch's signs of each position as bits (bit j set where sign j is +1), for
-    record/host_stats.c."""
+    record/fingerprints/host_stats.c."""
     positive = (sketch_signs() > 0).to(torch.int32)
     return (positive << torch.arange(SKETCH_WIDTH, dtype=torch.int32)).sum(1, dtype=torch.int32)
 
@@ -340,7 +340,7 @@ def _torch_stats(x: torch.Tensor, scratch: Scratch | None) -> list[float]:
 
 @functools.lru_cache(maxsize=1)
 def _compiled_stats() -> HostStats | None:
-    """The one-pass C statistics for CPU tensors (record/host_stats.py), built on first use; None where they
+    """The one-pass C statistics for CPU tensors (record/fingerprints/host_stats.py), built on first use; None where they
     cannot be built (the torch ops serve then)."""
     return host_stats.load(SKETCH_PERIOD, SKETCH_WIDTH, sketch_masks())
 

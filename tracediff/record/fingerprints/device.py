@@ -10,7 +10,7 @@ with a CUDA event; the rows are read once that event has passed, which by then
 it usually has, so the only waits left are a bounded number of batches in
 flight and the final one at the end of the recording.
 
-Per tensor: one Triton kernel (record/fingerprint_kernel.py) where Triton is
+Per tensor: one Triton kernel (record/fingerprints/kernel.py) where Triton is
 installed, else a few torch reductions; both read the tensor once and write
 per-program partial statistics [sum, l1, sum of squares, max, nan, inf, and
 the sketch's signed sums] over the finite elements, accumulated in float64. The batch reduction over the
@@ -42,12 +42,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracediff.record.fingerprint import PLAIN_TENSORS, SKETCH_WIDTH, as_real, empty_fingerprint, fill_from_rows, sketch
-from tracediff.record.host_stats import memory_holds
+from tracediff.record.fingerprints.fingerprint import (
+    PLAIN_TENSORS,
+    SKETCH_WIDTH,
+    as_real,
+    empty_fingerprint,
+    fill_from_rows,
+    sketch,
+)
+from tracediff.record.fingerprints.host_stats import memory_holds
 from tracediff.trace.schema import Fingerprint, without_sketch
 
 if TYPE_CHECKING:  # importing it needs Triton
-    from tracediff.record.fingerprint_kernel import Launcher, Layout
+    from tracediff.record.fingerprints.kernel import Launcher, Layout
 
 # Fingerprints per batch (one device buffer, one host read) and batches read at most
 # this late: bounds the records held back in memory, and how often the CPU waits.
@@ -124,7 +131,7 @@ def _kernel_launcher() -> Launcher | None:
     if os.environ.get("TRACEDIFF_DEVICE_FINGERPRINT", "") == "torch":
         return None
     try:
-        from tracediff.record.fingerprint_kernel import Launcher
+        from tracediff.record.fingerprints.kernel import Launcher
     except ImportError:
         return None
     return Launcher()

@@ -1,6 +1,6 @@
 """One Triton kernel for a device fingerprint: a single read of the tensor.
 
-The flat tensor is read as rows of the sketch's period (record/fingerprint.py):
+The flat tensor is read as rows of the sketch's period (record/fingerprints/fingerprint.py):
 each program owns a block of columns over a range of rows and keeps per-lane
 float64 accumulators of the finite elements (sum, |x|, x^2, max |x|) and
 counts of NaN and Inf; a lane's column fixes its sketch signs, so the sketch's
@@ -8,7 +8,7 @@ signed sums are taken once from the lanes' sums at the end (the fold that
 fingerprint.sketch does on the host). It writes its partial statistics to its row of
 the batch buffer `out` ([batch, programs, 6 + SKETCH_WIDTH] float64, row
 `row`; a small tensor leaves the rest of its row zero).
-record/device_fingerprints.py reduces the rows of a whole batch at once.
+record/fingerprints/device.py reduces the rows of a whole batch at once.
 Importing this module raises ImportError without Triton.
 
 The recorder launches this kernel once per fingerprinted tensor, so the host
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tracediff.record.fingerprint import SKETCH_PERIOD, SKETCH_WIDTH
+from tracediff.record.fingerprints.fingerprint import SKETCH_PERIOD, SKETCH_WIDTH
 
 # A tensor's layout as the kernel reads it in place: the sizes of its last three dimensions and the strides of
 # its four, in elements (device_fingerprints.strided_layout).

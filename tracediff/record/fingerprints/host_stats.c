@@ -1,9 +1,9 @@
-/* A host fingerprint's statistics in one pass over the tensor (record/host_stats.py compiles and loads it).
+/* A host fingerprint's statistics in one pass over the tensor (record/fingerprints/host_stats.py compiles and loads it).
 
    The torch ops it replaces read a large tensor about eight times (|x|, its sum, its max, the squares, their
    sum, the fold for the sketch), each a dispatch of its own; this reads it once, strided views in place.
 
-   PERIOD and WIDTH come from the compile command (record/fingerprint.py's SKETCH_PERIOD and SKETCH_WIDTH).
+   PERIOD and WIDTH come from the compile command (record/fingerprints/fingerprint.py's SKETCH_PERIOD and SKETCH_WIDTH).
    Element i (in row-major order) adds to column i mod PERIOD of the fold, whose sum and signed sums (by the
    sketch's signs, given as one bit mask per column) are the sum and the sketch. Built with -fassociative-math so that the sums
    vectorize: their order is not the torch ops' order, which a fingerprint never promised (they are compared
@@ -64,7 +64,7 @@ static void signed_by_bits(double *b, double *sums) {
 }
 
 /* out = [sum, WIDTH signed sums] of the fold's `cols` column sums. masks[c]: the sketch's signs of column c as bits
-   (set: +1, clear: -1; record/fingerprint.py's sketch_masks), 16 KiB to read where a table of signs as doubles was
+   (set: +1, clear: -1; record/fingerprints/fingerprint.py's sketch_masks), 16 KiB to read where a table of signs as doubles was
    557 KiB, which a large tensor's pass had pushed out of the caches: those loads were about a tenth of a recorded
    CPU GPT-2 call (BENCHMARKS.md, eleventh pass). The columns are summed by each byte of their mask first (two
    buckets per column, not sixteen signed sums), then each byte's buckets signed bit by bit. */
