@@ -64,8 +64,9 @@ class Recorded:
 
 
 def _fallback_random(header: dict[str, Any]) -> bool | None:
-    """Whether a recorded run had inductor call eager's random ops."""
-    return (header.get("settings") or {}).get("inductor", {}).get("fallback_random")
+    """Whether a recorded run had inductor call eager's random ops (None where inductor could not run: its
+    settings are not recorded then)."""
+    return ((header.get("settings") or {}).get("inductor") or {}).get("fallback_random")
 
 
 def load_divergence(paths: list[str], config: Config) -> Recorded:
