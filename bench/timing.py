@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 
@@ -35,31 +33,11 @@ def timed_calls(fn: Callable[[], Any], sync: Callable[[], Any], calls: int) -> t
 def python_loop_seconds(iterations: int = 20_000) -> float:
     """Seconds a fixed pure-Python loop takes here, now: the host's speed at the moment, by one measure that no
     recording, allocator or device touches. The device machines' hosts are shared: this loop's time swings by
-    1.4-1.9x for stretches of seconds (BENCHMARKS.md section 7, thirteenth pass), and a recording, which is host
-    work, swings with it, where a plain call waiting on its device does not."""
+    1.4-1.9x for stretches of seconds (BENCHMARKS.md, recording cost, thirteenth pass), and a recording, which is
+    host work, swings with it, where a plain call waiting on its device does not."""
     start = time.perf_counter()
     total = 0
     for i in range(iterations):
         total += i * i
     return time.perf_counter() - start
 
-
-@contextlib.contextmanager
-def collections_during() -> Iterator[list[list[float]]]:
-    """[seconds, count] per generation of the cyclic garbage collections started inside the block."""
-    spent = [[0.0, 0] for _ in range(3)]
-    started = [0.0]
-
-    def clock(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            cell = spent[info["generation"]]
-            cell[0] += time.perf_counter() - started[0]
-            cell[1] += 1
-
-    gc.callbacks.append(clock)
-    try:
-        yield spent
-    finally:
-        gc.callbacks.remove(clock)

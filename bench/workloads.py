@@ -196,7 +196,7 @@ def _hf_gpt2(device: str = "cpu", compiled: bool = False) -> Callable[[], object
 
 def _hf_gpt2_host(device: str = "cpu", compiled: bool = False) -> Callable[[], object]:
     """GPT-2's op sequence at a size where every op is cheap, as it is to a GPU's host: the recorder's own
-    per-op work, measured on CPU (bench/record_ab.py, bench/sample_record.py)."""
+    per-op work, measured on CPU (bench/record_ab.py)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(n_layer=6, n_embd=64, n_head=4, vocab_size=1024, n_positions=64)

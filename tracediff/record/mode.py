@@ -253,7 +253,8 @@ _STORAGE_ALIASES = frozenset({"aten::detach", "aten::alias"})
 def _tensor_arguments(info: _OpInfo, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, bool, bool]]:
     """(argument name, tensor, written, out buffer) for every tensor argument. By hand, not with
     torch.utils._pytree: an aten op's arguments nest one list deep at most, and pytree's
-    `tree_flatten_with_path` costs 20 to 25 times as much per op (bench/pytree_args.py: 44 us vs 1.8)."""
+    `tree_flatten_with_path` costs 20 to 25 times as much per op (44 us vs 1.8: BENCHMARKS.md, issue 13;
+    the probe, bench/pytree_args.py, is in git history at bdb0ceb)."""
     found: list[tuple[str, torch.Tensor, bool, bool]] = []
     arguments = info.arguments
     for i, value in enumerate(args):

@@ -3,7 +3,7 @@
 The torch ops of `fingerprint._large_stats` read a large tensor about eight times and dispatch a dozen ops; on
 the recorded CPU GPT-2 of `make bench` (2 layers, width 256, batch 4 x 128) they were 17 of a call's 28 ms
 of recording cost. `host_stats.c` reads the tensor once, a strided view where it lies, float32 in float32
-vectors, and takes the sketch's signs as bits (BENCHMARKS.md section 7, ninth to eleventh passes). It is
+vectors, and takes the sketch's signs as bits (BENCHMARKS.md, issue 15's ninth to eleventh passes). It is
 compiled with the system's C compiler (the one inductor's CPU backend needs too; no torch headers, so well
 under a second) into a cache directory and loaded with ctypes. Where there is no compiler, the compile fails,
 or TRACEDIFF_HOST_FINGERPRINT=torch, fingerprints take the torch ops as before: the same statistics, within
