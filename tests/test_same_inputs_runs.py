@@ -64,6 +64,7 @@ def test_trace_rules_alone_still_answer_with_no_same_inputs(run_fixture: Callabl
     ("wrong_only_when_fused.py", "fused line"),  # wrong only while inductor may fuse
     ("view_index_put.py", "divergent line"),  # a write through a view of the returned tensor
     ("inductor_wrong_decomposition.py", "divergent line"),  # cos decomposed as sin
+    ("fault_rotary_sin.py", "divergent line"),  # a rotary embedding's sin, its freqs recomputed in each kernel
 ])
 def test_a_planted_fault_is_named_at_its_line_on_its_own_inputs(run_fixture: Callable[..., Result], fixture: str,
                                                                  marker: str) -> None:
