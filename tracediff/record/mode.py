@@ -155,7 +155,6 @@ class _OpInfo:
                    returns_views=_returns_views(func._schema), writes=any(written for _, written, _ in arguments),
                    skipped=func.namespace in _SKIPPED_NAMESPACES)
 
-
     @classmethod
     def of_higher_order(cls, func: HigherOrderOperator) -> _OpInfo:
         """A higher-order operator run eagerly (`flex_attention`'s reference, `torch.cond`): recorded as one op,
@@ -541,7 +540,7 @@ class TraceRecorder(TorchDispatchMode):
         for name, t, is_written, _ in tensor_args:
             if is_written and identity(t) not in returned:
                 counted = _version(t) != versions_before[identity(t)]
-                written.append(self._describe(name, t, mutated=False, written=not counted))
+                written.append(self._describe(name, t, written=not counted))
         return written
 
     def _entry(self, t: torch.Tensor) -> list:

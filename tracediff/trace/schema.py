@@ -9,6 +9,8 @@ long program writes millions of records.
 header  {"t": "header", "schema": 2, "tracediff": ..., "torch": ..., "device": ...,
          "backend": ..., "command": [...], "seed": ..., "fingerprint": [...],
          "settings": {...}, "rank": 0, "world_size": 1, ...}
+         `settings.inductor` is null in a run no compile could take to inductor (an eager recording:
+         reading inductor's config imports dynamo); header differences then leave it out.
 op      {"t": "op", "i": seq, "op": "aten::cos", "d": depth, "m": module path,
          "src": "model.py:42", "path": "/abs/model.py", "code": "y = torch.cos(x)",
          "in": [tensor...], "out": [tensor...], "bw": true (backward only),
