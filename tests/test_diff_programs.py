@@ -89,3 +89,24 @@ def test_dropped_compile_options_are_noted(tmp_path: Path) -> None:
     notes = [n for n in report["notes"] if "dropped" in n]
     assert len(notes) == 1 and "run B (aot_eager)" in notes[0] and "mode=, options=" in notes[0]
     assert f"note: {notes[0]}" in render_text(report)
+
+
+def test_an_eager_and_an_inductor_recording_differ_in_their_headers_by_the_backend_alone(tmp_path: Path) -> None:
+    """H200 and CPU: after the eager recording stopped importing inductor's config, every report said
+    `settings.env.TORCHINDUCTOR_CACHE_DIR: only in B`: importing inductor sets it. The header records the
+    environment the run was given."""
+    import os
+    import subprocess
+
+    from tests.conftest import child_command
+    from tracediff.trace.reader import Trace
+
+    script = tmp_path / "s.py"
+    script.write_text("print('no compile')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    headers = []
+    for slot, backend in (("a", "eager"), ("b", "inductor")):
+        trace = tmp_path / f"{slot}.jsonl"
+        subprocess.run(child_command(trace, script, backend), env=env, check=True, capture_output=True, timeout=300)
+        headers.append(Trace(trace).header)
+    assert header_differences(*headers) == ["backend: 'eager' -> 'inductor'"]

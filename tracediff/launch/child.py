@@ -38,6 +38,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    environment = dict(os.environ)  # as given, before any import sets its own (the trace's header records it)
     from tracediff.quiet import silence_missing_numpy
 
     silence_missing_numpy()
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         before_compile=applier.before_compile if applier else None,
         judge=policy,
         scope=scope,
+        environment=environment,
     )
     if applier is not None:
         applier.before_script()

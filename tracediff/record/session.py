@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,7 +56,7 @@ def device_description() -> str:
     return "cpu"
 
 
-def numeric_settings(inductor: bool = True) -> dict[str, Any]:
+def numeric_settings(inductor: bool = True, environment: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Settings that change numbers; a header diff of these often explains a divergence. `inductor`: whether
     inductor can run, so its settings matter (None where not: importing its config imports dynamo, about a
     second of each eager recording)."""
@@ -69,7 +69,7 @@ def numeric_settings(inductor: bool = True) -> dict[str, Any]:
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
         "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "inductor": _inductor_settings() if inductor else None,
-        "env": {k: v for k, v in sorted(os.environ.items())
+        "env": {k: v for k, v in sorted((os.environ if environment is None else environment).items())
                 if k.startswith(("TORCH", "CUBLAS", "CUDA_")) and not k.startswith(_LAUNCH_BOOKKEEPING)},
     }
     return settings
@@ -112,8 +112,12 @@ class RecordingSession:
         before_compile: Callable[[Any], bool | None] | None = None,
         judge: JudgePolicy | None = None,
         scope: RecordScope | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
+        # The environment the run was given, for the header: importing inductor sets TORCHINDUCTOR_CACHE_DIR, and
+        # only a run that may reach inductor imports it (the child passes what it started with).
+        self.environment = dict(os.environ if environment is None else environment)
         self.backend = backend
         self.seed = seed
         self.exact = exact
@@ -162,7 +166,7 @@ class RecordingSession:
             "upcast": self.upcast,
             "judged": self.judge is not None,
             "scope": {"kind": self.scope.kind, "window": str(self.scope.window) if self.scope.window else None},
-            "settings": numeric_settings(inductor=self._may_run_inductor),
+            "settings": numeric_settings(inductor=self._may_run_inductor, environment=self.environment),
             "rank": int(os.environ.get("RANK", 0)),
             "world_size": int(os.environ.get("WORLD_SIZE", 1)),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
