@@ -31,3 +31,21 @@ def test_leaving_before_the_import_leaves_nothing_behind() -> None:
     with AfterImport("tracediff_never_imported", lambda module: None) as hook:
         pass
     assert hook not in sys.meta_path
+
+
+def test_a_lookup_without_an_import_leaves_the_hook_waiting(tmp_path: Path, monkeypatch) -> None:
+    """`importlib.util.find_spec` asks the finders without importing: the callback must still come with the
+    import after it, and two hooks on one module both fire."""
+    import importlib.util
+
+    (tmp_path / "tracediff_looked_up.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[tuple[str, int]] = []
+    first = AfterImport("tracediff_looked_up", lambda m: seen.append(("first", m.VALUE)))
+    second = AfterImport("tracediff_looked_up", lambda m: seen.append(("second", m.VALUE)))
+    with first, second:
+        assert importlib.util.find_spec("tracediff_looked_up") is not None and seen == []
+        import tracediff_looked_up  # noqa: F401
+
+        assert sorted(seen) == [("first", 7), ("second", 7)]
+    del sys.modules["tracediff_looked_up"]

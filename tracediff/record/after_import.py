@@ -22,6 +22,7 @@ class AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, name: str, callback: Callable[[ModuleType], None]) -> None:
         self.name = name
         self.callback = callback
+        self._searching = False  # asking the other finders, which may include another AfterImport
 
     def __enter__(self) -> AfterImport:
         module = sys.modules.get(self.name)
@@ -37,24 +38,24 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name:
+        # Not removed here: `importlib.util.find_spec` asks without importing. Removed once the module has run.
+        if fullname != self.name or self._searching:
             return None
-        sys.meta_path.remove(self)  # once; and the finders after it find the module as ever
-        for finder in sys.meta_path:
-            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
+        self._searching = True
+        try:
+            spec = next((found for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec")
+                         if (found := finder.find_spec(fullname, path, target)) is not None), None)
+        finally:
+            self._searching = False
+        loader = spec.loader if spec is not None else None
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         execute = loader.exec_module
-        callback = self.callback
 
         def exec_module(module: ModuleType) -> None:
             execute(module)
-            callback(module)
+            self.__exit__()
+            self.callback(module)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]  # this module's own loader
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's own loader
         return spec
