@@ -1,6 +1,6 @@
 """Render a report as one self-contained HTML page. Pure: dicts in, str out.
 
-Inputs are the report dict (build.py, the JSON contract) and the plain-data
+Inputs are the report dict (`Outcome.to_json`, the JSON contract) and the plain-data
 form of an `AlignmentSample` (diff/sample.py): the aligned rows around the
 divergence and a downsampled relative-difference series over the program.
 The page has no external resources (inline CSS, SVG and a little JS, which
