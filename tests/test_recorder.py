@@ -572,3 +572,22 @@ def test_a_failure_of_the_recorder_is_its_own_and_the_program_goes_on(tmp_path: 
     assert [r["op"] for r in records if r["t"] == "op"] == ["aten::sin"]
     assert trace.footer["recorder_failures"] == {"count": 1,
                                                  "first": "aten::cos: RuntimeError: a tensor tracediff cannot read"}
+
+
+def test_importing_dynamo_inside_a_module_call_keeps_the_module_path(tmp_path: Path) -> None:
+    """An eager recording imports dynamo only when something does (record/after_import.py). Its hook once also
+    emptied the module stack: an op after an import of dynamo inside `Net.forward` lost its module."""
+    from tests.conftest import child_command
+
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        import torch._dynamo  # noqa: F401\n"
+        "        return torch.sin(x)\n"
+        "Net()(torch.ones(3))\n")
+    trace = tmp_path / "t.jsonl"
+    subprocess.run(child_command(trace, script, "eager"), check=True, capture_output=True, timeout=300)
+    (sin,) = [r for r in _ops(trace) if r["op"] == "aten::sin"]
+    assert sin["m"] == "Net"

@@ -47,8 +47,9 @@ class ModuleStack:
         self._handles: list[Any] = []
         # Module calls on other threads are not this recording's (the dispatch mode is thread-local).
         self._thread: int | None = None
-        # dynamo's OptimizedModule and its "inside one" check, looked up once (`__enter__`), not per module call.
-        self._optimized_module: type | tuple[type, ...] = type(None)
+        # The compiled-module wrappers the stack passes over, and dynamo's "inside one" check: dynamo's are added
+        # once dynamo is imported (`_know_dynamo`), not looked up per module call.
+        self._optimized_module: type | tuple[type, ...] = UncompiledModule
         self._in_optimized_module: Any = _never
         self._dynamo_known = AfterImport("torch._dynamo", self._know_dynamo)
 
@@ -124,7 +125,6 @@ class ModuleStack:
         from torch.nn.modules import module as module_hooks
 
         self._thread = threading.get_ident()
-        self._optimized_module = UncompiledModule
         self._dynamo_known.__enter__()
         self._handles = [
             module_hooks.register_module_forward_pre_hook(self._enter),
@@ -137,6 +137,7 @@ class ModuleStack:
             handle.remove()
         self._handles = []
         self._dynamo_known.__exit__(*exc)
+        self._stack.clear()
 
     def _know_dynamo(self, dynamo: ModuleType) -> None:
         """Dynamo's compiled module, ignored as the wrapper it is, once dynamo is imported (`AfterImport`: not
@@ -144,7 +145,6 @@ class ModuleStack:
         eval_frame = dynamo.eval_frame
         self._optimized_module = (eval_frame.OptimizedModule, UncompiledModule)
         self._in_optimized_module = getattr(eval_frame, "_is_in_optimized_module", _never)
-        self._stack.clear()
 
 
 class UncompiledModule(torch.nn.Module):
