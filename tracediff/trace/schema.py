@@ -182,6 +182,19 @@ class RegionRecord(TypedDict, total=False):
     m: str | None
 
 
+# A record as a reader of a trace sees it, before it asks "t" what it is: every key an op, kernel or region
+# record may hold. Readers (trace/reader.py's Trace, diff/, report/) take this type; the three classes above
+# say which keys belong to which record type. ("in" and "out" are keywords, hence the call syntax.)
+TraceRecord = TypedDict("TraceRecord", {
+    "t": str, "i": int, "d": int, "m": str | None, "g": str, "bw": bool,
+    "src": str | None, "path": str | None, "code": str | None,
+    "in": list[Tensor], "out": list[Tensor],
+    "op": str, "nfs": bool, "sa": str, "gs": int | None,  # op
+    "name": str, "site": str | None, "fuses": list[FusedOp],  # kernel (a region's "name" too)
+    "ev": str, "r": int, "call": int,  # region
+}, total=False)
+
+
 class Header(TypedDict, total=False):
     t: str  # HEADER
     schema: int
