@@ -1346,7 +1346,7 @@ def test_a_change_read_through_a_transposed_buffer_is_named_at_the_op_whose_valu
 def test_a_buffer_read_transposed_holds_the_content_its_kernel_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same values summed in another order (a transposed `reinterpret_tensor`) differ in their sums'
     last float32 digits; their content (what the walk back through B matches on) is the same."""
-    from tracediff.diff.verdict import _content
+    from tracediff.diff.verdict.dataflow import content_of as _content
     from tracediff.record.fingerprints.fingerprint import fingerprint
 
     # The torch ops' float32 sums, as traces recorded without the compiled statistics have them (those sum in

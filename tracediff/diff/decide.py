@@ -68,7 +68,7 @@ def divergence(d: Found) -> Divergence:
     return Divergence(_cause(d), Site(d.a.op, d.a.index, d.a.source, d.a.module, d.a.code), _number(d.rel_diff),
                       tuple(Site(**p.as_dict()) for p in d.candidates), pinned_by(d), d.a.path, d.inputs_agree,
                       d.may_start_earlier, d.note, Site(**d.observed.as_dict()) if d.observed else None,
-                      Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None)
+                      Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None, rule=d.rule)
 
 
 def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Divergence:
@@ -89,7 +89,7 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
         site = Site(f"compiled call of {wrong.check.get('g')}", None, called.get("src"), wrong.check.get("m"),
                     called.get("code"))
         return Divergence(cause, site, rel_diff(worst), (), None, called.get("path"), True, False, note, None, None,
-                          None, judged=judged)
+                          None, judged=judged, rule="compiled_call_wrong_on_its_own_inputs")
     index = reference_index(trace_a, wrong) if trace_a else None
     site = Site(culprit["op"], index, culprit.get("src"), culprit.get("m"), culprit.get("code"))
     if culprit.get("note"):
@@ -99,7 +99,7 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
     # Unconfirmed: wrong as a prefix's end, right inside the whole graph (record/judging/prefix.py): not pinned.
     pinned = None if culprit.get("unconfirmed") else "same_inputs"
     return Divergence(cause, site, rel_diff(worst), (site,), pinned, culprit.get("path"), True, False, note,
-                      None, None, None, judged=judged)
+                      None, None, None, judged=judged, rule="wrong_on_its_own_inputs")
 
 
 def _drift(found: Found) -> dict[str, Any]:
