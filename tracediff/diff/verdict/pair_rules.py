@@ -221,10 +221,11 @@ def walk_back_from_a_compiled_output(pair: Pair, walk: Walk) -> Step | None:
         walk.a_side.unknown(a, candidate=True)  # the chain's last op is a candidate too
     candidates = walk.a_side.walk_back(bad)
     tb = out_pair(a, b, worst_of(diffs))
-    return Diverged((not candidates and made_only_in_b(a, b, diffs, walk.a_side, walk.b_side))
-                    or (candidates and changed_after_its_pair(a, b, tb, places_of(candidates), diffs, walk.a_side,
-                                                              walk.b_side, walk.comparer))
-                    or walked_back(a, b, candidates, diffs, inputs_agree=True), pair.loose_entry)
+    if candidates:
+        found = changed_after_its_pair(a, b, tb, places_of(candidates), diffs, walk.a_side, walk.b_side, walk.comparer)
+    else:
+        found = made_only_in_b(a, b, diffs, walk.a_side, walk.b_side)
+    return Diverged(found or walked_back(a, b, candidates, diffs, inputs_agree=True), pair.loose_entry)
 
 
 def reads_amplified_values(pair: Pair, walk: Walk) -> Step | None:
