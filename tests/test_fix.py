@@ -13,11 +13,8 @@ import torch
 
 from tests.conftest import FIXTURES, invoke
 from tests.fix_helpers import patched_copy
-from tracediff.fix.plan import module_chain, plan
-from tracediff.fix.search import compiled_name
-from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
-from tracediff.record.fix_apply import FixApplier
-from tracediff.record.fix_changes import (
+from tracediff.fix.apply import FixApplier
+from tracediff.fix.changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_PASS,
@@ -30,6 +27,9 @@ from tracediff.record.fix_changes import (
     decode,
     encode,
 )
+from tracediff.fix.plan import module_chain, plan
+from tracediff.fix.search import compiled_name
+from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
 
 
 def _divergence(op: str = "aten::cos", module: str | None = "Net.block.act", dtype: str = "float32",

@@ -92,13 +92,13 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
     """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
     backend, timeout = recording.backend, recording.timeout
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
-    child = [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace)]
+    child = [sys.executable, "-m", "tracediff.child", "--out", str(trace)]
     ranks: tuple[Path, ...] = ()
     if recording.nproc > 1:
         # torch's own launcher, as `torchrun --standalone` (a rendezvous on a free local port): it stops
         # every rank when one fails. Each child writes the trace of its rank.
         child = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                 str(recording.nproc), "-m", "tracediff.launch.child", "--per-rank", "--out", str(trace)]
+                 str(recording.nproc), "-m", "tracediff.child", "--per-rank", "--out", str(trace)]
         ranks = tuple(rank_path(trace, {"RANK": str(r), "WORLD_SIZE": str(recording.nproc)})
                       for r in range(recording.nproc))
     command = [*child, "--recording", recording.to_json(), str(script), "--", *script_args]

@@ -35,7 +35,7 @@ from tracediff.launch.launcher import record_in_subprocess
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Cause, Divergence, Outcome, Verdict
 from tracediff.outputs import RunDir, ensure_dir
-from tracediff.record.capture import CAPTURE_FORMAT, OutputRef
+from tracediff.repro.capture import CAPTURE_FORMAT, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script
 from tracediff.trace.reader import Trace, read_footer, records_at
 from tracediff.trace.schema import OP
