@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import takewhile
-from typing import Any
+from typing import Any, cast
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.align import SHAPE_TIER, VALUE_TIER
@@ -52,7 +52,7 @@ from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable, chain_op, kernel_origin, op_line_key
 from tracediff.op_names import base_op, short
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, OP, REGION, without_sketch
+from tracediff.trace.schema import KERNEL, OP, REGION, Fingerprint, Tensor, TraceRecord, without_sketch
 
 # Bounds: producers remembered for the walk back, nodes visited per walk,
 # echoes counted before pass 2 stops reading.
@@ -114,11 +114,18 @@ class DiffResult:
         return self.b.nan_origin
 
 
-def _key(t: dict[str, Any]) -> Key:
+def _key(t: Tensor) -> Key:
     return t["id"], t.get("v")
 
 
-def _content(t: dict[str, Any]) -> tuple | None:
+def _fingerprint_of(t: Tensor) -> Fingerprint:
+    """`t`'s fingerprint, where the caller knows it has one (compared, or kept for having one)."""
+    fp = t["fp"]
+    assert fp is not None
+    return fp
+
+
+def _content(t: Tensor) -> tuple | None:
     """A tensor's content as its fingerprint states it: exact in what no order of summation changes (dtype,
     element count, max), to 7 digits in its sums, which a reinterpreting view (a transposed
     `reinterpret_tensor` of a kernel's buffer) sums in another order; None where it says too little to
@@ -135,15 +142,15 @@ def _content(t: dict[str, Any]) -> tuple | None:
 _CONTENT_DIGITS = 7
 
 
-def _ref(t: dict[str, Any]) -> Ref:
+def _ref(t: Tensor) -> Ref:
     return t["id"], t.get("v"), t.get("b")
 
 
-def _reads(record: dict[str, Any]) -> tuple[Ref, ...]:
+def _reads(record: TraceRecord) -> tuple[Ref, ...]:
     return tuple(_ref(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
 
 
-def _filed(record: dict[str, Any], t: dict[str, Any]) -> tuple[Key, ...]:
+def _filed(record: TraceRecord, t: Tensor) -> tuple[Key, ...]:
     """The keys an output of `record` is a value of: its own, and its base's when the record wrote
     it through a view (in place, out=, a kernel's buffer). A view shares its base's version
     counter, so `v[idx] = x` makes a new value of the base at the same version."""
@@ -186,7 +193,7 @@ class _Produced:
     candidate: bool
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
-    outputs: tuple[dict[str, Any], ...] = ()  # a candidate's output tensors (fingerprinted)
+    outputs: tuple[Tensor, ...] = ()  # a candidate's output tensors (fingerprinted)
     # Paired with B's record, but what it wrote was not fingerprinted (an in-place foreach op's writes).
     unread: bool = False
     backward: bool = False  # run by autograd's backward
@@ -202,7 +209,7 @@ class _Walker:
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
         self.shown_by_view: OrderedDict[Key, Ref] = OrderedDict()  # an agreed view's value -> the value it shows
 
-    def unknown(self, record: dict[str, Any], candidate: bool, compared: bool = False) -> None:
+    def unknown(self, record: TraceRecord, candidate: bool, compared: bool = False) -> None:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = _Produced(Place.of(record), _reads(record), candidate, any(t.get("uninit") for t in outs),
@@ -215,7 +222,7 @@ class _Walker:
                 self.agreed.pop(key, None)
                 _put_bounded(self.unknown_producers, key, entry)
 
-    def known(self, record: dict[str, Any]) -> None:
+    def known(self, record: TraceRecord) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
         carried = self.amplified.origin_of_reads(record)
@@ -241,7 +248,7 @@ class _Walker:
                     if len(reads) == 1 and preserves_values(record):
                         _put_bounded(self.shown_by_view, key, reads[0])
 
-    def agreed_value(self, t: dict[str, Any]) -> Place | None:
+    def agreed_value(self, t: Tensor) -> Place | None:
         """The record of A that made `t`'s value, if that value agreed with B's."""
         return self.agreed.get(_resolve(_ref(t), self.agreed, self.unknown_producers))
 
@@ -261,7 +268,7 @@ class _Walker:
         places += [p for p in self.agreed.values() if p.source == source and not only_moves(p.op)]
         return max(places, key=lambda p: p.index, default=None)
 
-    def outputs_of(self, index: int) -> tuple[dict[str, Any], ...]:
+    def outputs_of(self, index: int) -> tuple[Tensor, ...]:
         """The output tensors of A's unpaired candidate record `index` (if still remembered)."""
         entry = self.unpaired(index)
         return entry.outputs if entry is not None else ()
@@ -281,7 +288,7 @@ class _Walker:
         return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)
                      and (before is None or p.index < before)), None)
 
-    def agreed_through_views(self, t: dict[str, Any]) -> Place | None:
+    def agreed_through_views(self, t: Tensor) -> Place | None:
         """The record of A that made `t`'s value, if that value agreed with B's, seen through the
         views (unpaired, value-preserving records) between it and `t`."""
         refs = [_ref(t)]
@@ -295,7 +302,7 @@ class _Walker:
             refs = list(entry.reads)
         return None
 
-    def maker_behind_views(self, t: dict[str, Any]) -> Place | None:
+    def maker_behind_views(self, t: Tensor) -> Place | None:
         """`agreed_through_views(t)`; where that record only moves values (autograd's `t` of a weight
         gradient), the op of A computing the value it shows (the `mm`), compared or not."""
         return self._maker_behind_views(_ref(t))
@@ -318,7 +325,7 @@ class _Walker:
             ref = entry.reads[0]
         return last_agreed
 
-    def maker(self, t: dict[str, Any]) -> Place | None:
+    def maker(self, t: Tensor) -> Place | None:
         """The record of A that computed `t`'s value, compared or not, seen through views."""
         ref = _ref(t)
         for _ in range(_VIEW_CHAIN_LIMIT):
@@ -341,7 +348,7 @@ class _Walker:
                 return place
         return None
 
-    def walk_back(self, start: list[dict[str, Any]]) -> list[_Produced]:
+    def walk_back(self, start: list[Tensor]) -> list[_Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, _Produced] = {}
         visited: set[int] = set()
@@ -369,23 +376,23 @@ class _Made:
     moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
-    read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs, or foreign: the tensors it read (fingerprinted)
+    read_values: tuple[Tensor, ...] = ()  # an op only B runs, or foreign: the tensors it read (fingerprinted)
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`_content`) of what it wrote
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
     fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
     unread: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
     backward: bool = False  # run by autograd's backward (a compiled backward's kernel)
 
-    def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
+    def read(self, value: Tensor, tolerance: Tolerance) -> bool:
         """Did this record read `value` (a tensor of A's), within `tolerance`? A dispatched op's input of
         A's shape is compared with its sketch too: its elements are in A's order, and the order-free
         statistics alone miss a change that keeps the norms (a tied embedding's gradient 3e-4 off, its l2
         within 3e-6). A kernel's buffer is compared by those statistics alone (`without_sketch`)."""
-        mine = without_sketch(value["fp"])
+        mine = without_sketch(_fingerprint_of(value))
         for t in self.read_values:
             in_order = self.kernel is None and t.get("sh") == value.get("sh")
-            if compare_fingerprints(value["fp"] if in_order else mine,
-                                    t["fp"] if in_order else without_sketch(t["fp"]), tolerance).ok:
+            if compare_fingerprints(_fingerprint_of(value) if in_order else mine,
+                                    _fingerprint_of(t) if in_order else without_sketch(_fingerprint_of(t)), tolerance).ok:
                 return True
         return False
 
@@ -413,9 +420,9 @@ class _BSide:
         self.loose: OrderedDict[Key, None] = OrderedDict()
         self._records = self._alignable(Trace(path))
         self.index = -1
-        self.current: dict[str, Any] | None = None
+        self.current: TraceRecord | None = None
 
-    def _alignable(self, trace: Trace) -> Iterator[dict[str, Any]]:
+    def _alignable(self, trace: Trace) -> Iterator[TraceRecord]:
         count = 0
         for record in trace:
             outs = record.get("out", ())
@@ -433,7 +440,7 @@ class _BSide:
                              wrote=tuple(c for c in map(_content, outs) if c is not None) if only_b else (),
                              read_contents=tuple(c for c in map(_content, record.get("in", ())) if c is not None)
                              if only_b else (),
-                             fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")),
+                             fused_lines=frozenset(src for f in record.get("fuses") or () if (src := f.get("src"))),
                              unread=any(t.get("unread") for t in outs), backward=bool(record.get("bw")))
                 for t in outs:
                     for key in _filed(record, t):
@@ -445,7 +452,7 @@ class _BSide:
                 count += 1
                 yield record
 
-    def _note_read(self, t: dict[str, Any]) -> None:
+    def _note_read(self, t: Tensor) -> None:
         """A tensor read that no record made (inductor's `reinterpret_tensor` of a kernel's buffer,
         passed to an extern `mm`): remember whose content it holds, for the walk back."""
         if t.get("fp") is None or _key(t) in self.read_as or _resolve(_ref(t), self.producers) in self.producers:
@@ -454,7 +461,7 @@ class _BSide:
         if content is not None and content in self.by_content:
             _put_bounded(self.read_as, _key(t), self.by_content[content][0])
 
-    def agree(self, record: dict[str, Any], a_index: int, loose: Iterable[dict[str, Any]] = ()) -> None:
+    def agree(self, record: TraceRecord, a_index: int, loose: Iterable[Tensor] = ()) -> None:
         """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs.
         `loose`: those of its outputs that agreed only within the absolute tolerance (_loose)."""
         loose_args = {t.get("a") for t in loose}
@@ -490,7 +497,7 @@ class _BSide:
         found = (self.agreed.get(_resolve(ref, self.agreed, self.producers)) for ref in made.reads)
         return [a_index for a_index in found if a_index is not None]
 
-    def producer(self, t: dict[str, Any]) -> _Made | None:
+    def producer(self, t: Tensor) -> _Made | None:
         """The record of B that made `t`'s value (through a view: the last write to its base; a tensor no
         record made, such as inductor's `reinterpret_tensor` of a kernel's buffer returned as a gradient:
         the last record writing its content)."""
@@ -499,7 +506,7 @@ class _BSide:
             key = self.read_as.get(key, key)
         return self.producers.get(key)
 
-    def computing_producer(self, t: dict[str, Any]) -> _Made | None:
+    def computing_producer(self, t: Tensor) -> _Made | None:
         """`producer(t)`, or where that record writes exactly what it read (a detach, a bias `add` of zeros
         after a pass's `mul`), the last record behind it that computes: the one that made the value."""
         made = self.producer(t)
@@ -507,7 +514,7 @@ class _BSide:
             made = next((m for m in reversed(self.walk_back(t)) if not m.moves), None)
         return made
 
-    def walk_back(self, start: dict[str, Any], through_loose: bool = False,
+    def walk_back(self, start: Tensor, through_loose: bool = False,
                   through_updates: bool = False) -> list[_Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
 
@@ -536,11 +543,11 @@ class _BSide:
                 stack.extend(made.reads)
         return [found[i] for i in sorted(found)]
 
-    def rest(self) -> Iterator[dict[str, Any]]:
+    def rest(self) -> Iterator[TraceRecord]:
         """B's alignable records after the current one (all unpaired once A is done)."""
         yield from self._records
 
-    def advance_to(self, j: int) -> Iterator[dict[str, Any]]:
+    def advance_to(self, j: int) -> Iterator[TraceRecord]:
         """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
         while self.index < j:
             self.current = next(self._records)
@@ -571,7 +578,7 @@ class _LooseEntries:
     def __init__(self) -> None:
         self.carried: OrderedDict[Key, _LooseEntry] = OrderedDict()
 
-    def read_by(self, ra: dict[str, Any], passed: list[tuple[dict, dict, TensorComparison]],
+    def read_by(self, ra: TraceRecord, passed: list[tuple[Tensor, Tensor, TensorComparison]],
                 walker: _Walker) -> _LooseEntry | None:
         """The earliest entry that `ra`'s inputs carry (compared or not: a kernel's buffers need not be A's
         op's arguments), or that one of its agreeing inputs (`passed`) starts."""
@@ -590,8 +597,8 @@ class _LooseEntries:
         return min(found, key=lambda e: e.read_at.index, default=None)
 
     @staticmethod
-    def started_by(ra: dict[str, Any], passed: list[tuple[dict, dict, TensorComparison]],
-                   out_passed: list[tuple[dict, dict, TensorComparison]]) -> _LooseEntry | None:
+    def started_by(ra: TraceRecord, passed: list[tuple[Tensor, Tensor, TensorComparison]],
+                   out_passed: list[tuple[Tensor, Tensor, TensorComparison]]) -> _LooseEntry | None:
         """A new entry where `ra` (whose inputs carry none) agreed, but its outputs moved far more than its
         agreeing inputs: a change of at least 1/_FAR_BELOW of rtol from inputs that moved _FAR_BELOW times
         less (a layer norm's backward 7e-5 off, rtol 1e-3, from inputs 4e-8 off: rounding)."""
@@ -604,7 +611,7 @@ class _LooseEntries:
                f"from inputs that moved {inputs:.2g}: a change below the tolerance, not rounding, made there")
         return _LooseEntry((place,), place, moved, how)
 
-    def carry(self, ra: dict[str, Any], moved: Iterable[dict[str, Any]], entry: _LooseEntry | None) -> None:
+    def carry(self, ra: TraceRecord, moved: Iterable[Tensor], entry: _LooseEntry | None) -> None:
         """`ra`'s outputs that moved at all (`moved`, A's tensors) carry what its inputs carried."""
         if entry is None:
             return
@@ -612,7 +619,7 @@ class _LooseEntries:
             for key in _filed(ra, ta):
                 _put_bounded(self.carried, key, entry)
 
-    def _of(self, t: dict[str, Any], walker: _Walker) -> _LooseEntry | None:
+    def _of(self, t: Tensor, walker: _Walker) -> _LooseEntry | None:
         """The entry `t`'s value carries, also through the unpaired views and ops of A that made it."""
         refs, seen = [_ref(t)], 0
         while refs and seen < _VIEW_CHAIN_LIMIT:
@@ -631,15 +638,15 @@ class _LooseEntries:
 _FAR_BELOW = 30.0
 
 
-def _moved(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
+def _moved(passed: list[tuple[Tensor, Tensor, TensorComparison]]) -> list[Tensor]:
     """A's tensors of agreeing pairs that are not equal to B's."""
     return [ta for ta, _tb, comparison in passed if comparison.rel_diff > 0]
 
 
-def _far_from_zero_and_loose(ta: dict[str, Any], c: TensorComparison) -> bool:
+def _far_from_zero_and_loose(ta: Tensor, c: TensorComparison) -> bool:
     """A value that agreed only within the absolute tolerance while far from zero (see `_loose`)."""
     return (c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
-            and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol)
+            and abs(_fingerprint_of(ta).get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol)
 
 
 def _from_a_loose_entry(first: Divergence, entry: _LooseEntry | None) -> Divergence:
@@ -673,19 +680,20 @@ class _Comparer:
             tolerance = self._tolerances[key] = self.config.tolerance_for(dtype, op, module, device)
         return tolerance
 
-    def reshaped_input_diffs(self, ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> list[TensorDiff]:
+    def reshaped_input_diffs(self, ra: TraceRecord, rb: TraceRecord, by_name: bool) -> list[TensorDiff]:
         """The inputs `diffs` leaves out as of other shapes, where B's kernel reads A's input's
         elements in another shape: those that disagree (order-free statistics only)."""
         out: list[TensorDiff] = []
         for ta, tb in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
             if _same_elements(ta, tb):
                 tolerance = self.precision.of(ta, ra.get("op") or "", ra.get("m"))
-                result = compare_fingerprints(without_sketch(ta["fp"]), without_sketch(tb["fp"]), tolerance)
+                fp_a, fp_b = _fingerprint_of(ta), _fingerprint_of(tb)
+                result = compare_fingerprints(without_sketch(fp_a), without_sketch(fp_b), tolerance)
                 if not result.ok:
-                    out.append(TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+                    out.append(TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), fp_a, fp_b, result))
         return out
 
-    def reads_the_output_of(self, kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
+    def reads_the_output_of(self, kernel: TraceRecord, ra: TraceRecord) -> bool:
         """Does `kernel` read A's op's output, as a whole, within the tolerance? Then it consumes that
         value, it does not compute it, even when it is named for the op: `triton_poi_fused_addmm_sub`
         slices an `addmm` extern call's padded output (its origins include the slice) and subtracts the
@@ -697,12 +705,12 @@ class _Comparer:
         tolerance = self.precision.of(ta, ra.get("op") or "", ra.get("m"))
         for tb in kernel.get("in", ()):
             if tb.get("fp") and not tb.get("uninit") and tb["dt"] == ta["dt"]:
-                padded = dict(without_sketch(tb["fp"]), n=ta["fp"].get("n"))
-                if compare_fingerprints(without_sketch(ta["fp"]), padded, tolerance).ok:
+                padded = cast(Fingerprint, dict(without_sketch(_fingerprint_of(tb)), n=_fingerprint_of(ta).get("n")))
+                if compare_fingerprints(without_sketch(_fingerprint_of(ta)), padded, tolerance).ok:
                     return True
         return False
 
-    def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool,
+    def diffs(self, side: str, xs: list, ys: list, ra: TraceRecord, by_name: bool,
               rels: list[float] | None = None, passed: list | None = None,
               kernel: bool = False) -> tuple[list[TensorDiff], int]:
         """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff,
@@ -717,7 +725,9 @@ class _Comparer:
                 continue
             compared += 1
             tolerance = self.precision.of(ta, op, ra.get("m"))
-            fa, fb = (without_sketch(ta["fp"]), without_sketch(tb["fp"])) if kernel else (ta["fp"], tb["fp"])
+            fp_a, fp_b = ta["fp"], tb["fp"]
+            assert fp_a is not None and fp_b is not None  # `_comparable`
+            fa, fb = (without_sketch(fp_a), without_sketch(fp_b)) if kernel else (fp_a, fp_b)
             if self.noise is not None and tolerance.rtol > 0:
                 noise = self.noise.get(ra["i"], side, ta["a"])
                 result = compare_fingerprints(fa, fb, tolerance, noise, self.noise.factor)
@@ -729,13 +739,13 @@ class _Comparer:
             if rels is not None:
                 rels.append(result.rel_diff)
             if not result.ok:
-                out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+                out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), fp_a, fp_b, result))
             elif passed is not None:
                 passed.append((ta, tb, result))
         return out, compared
 
 
-def _same_elements(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
+def _same_elements(ta: Tensor, tb: Tensor) -> bool:
     """Tensors of other shapes holding as many elements of one dtype: a kernel reads the buffer A's
     op reads through a view (`_unsafe_view` of an `mm`'s output)."""
     fa, fb = ta.get("fp"), tb.get("fp")
@@ -743,14 +753,14 @@ def _same_elements(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
             and ta["dt"] == tb["dt"] and ta["sh"] != tb["sh"] and fa.get("n") == fb.get("n"))
 
 
-def _comparable(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
+def _comparable(ta: Tensor, tb: Tensor) -> bool:
     return (
         ta.get("fp") is not None and tb.get("fp") is not None and not ta.get("uninit") and not tb.get("uninit")
         and ta["dt"] == tb["dt"] and ta["sh"] == tb["sh"]
     )
 
 
-def _pair_tensors(xs: list[dict[str, Any]], ys: list[dict[str, Any]], by_name: bool) -> Iterator[tuple[dict, dict]]:
+def _pair_tensors(xs: list[Tensor], ys: list[Tensor], by_name: bool) -> Iterator[tuple[Tensor, Tensor]]:
     """Corresponding tensors: by argument name when both ops name them alike, else by order."""
     if by_name:
         named = {t["a"]: t for t in ys}
@@ -770,7 +780,7 @@ def _kind(worst: TensorDiff | None) -> str:
     return "nan" if worst is not None and worst.comparison.nonfinite else "output"
 
 
-def _kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
+def _kernel_named_for(kernel: TraceRecord, ra: TraceRecord) -> bool:
     """Does a kernel at A's op's line write that op's value? Inductor names a kernel after the aten ops
     its nodes came from before decomposition (`triton_poi_fused_addmm_22` adds the bias of an `addmm`
     that became `mm` + `add`), so a kernel at the same line named for A's op computes the same quantity."""
@@ -780,7 +790,7 @@ def _kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
     return f"_{name}_" in f"_{kernel_origin(str(kernel.get('name', ''))) or ''}_"
 
 
-def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
+def _same_op(ra: TraceRecord, rb: TraceRecord) -> bool:
     """Do the two records compute the same op (a kernel: the last op it fuses)?"""
     if ra["t"] == REGION or rb["t"] == REGION:
         return ra["t"] == rb["t"]
@@ -788,18 +798,18 @@ def _same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
     return name_b is not None and base_op(ra.get("op", "")) == base_op(name_b)
 
 
-def _tensor_args(record: dict[str, Any]) -> set[str]:
+def _tensor_args(record: TraceRecord) -> set[str]:
     return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
 
 
-def _inputs_mismatch(ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> bool:
+def _inputs_mismatch(ra: TraceRecord, rb: TraceRecord, by_name: bool) -> bool:
     """Do corresponding inputs differ in dtype or shape (so they cannot be said to agree)?"""
     xs = [t for t in ra.get("in", ()) if t.get("fp") is not None]
     ys = [t for t in rb.get("in", ()) if t.get("fp") is not None]
     return len(xs) != len(ys) or any(ta["dt"] != tb["dt"] or ta["sh"] != tb["sh"] for ta, tb in _pair_tensors(xs, ys, by_name))
 
 
-def _comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: _Comparer, by_name: bool) -> bool:
+def _comparable_pair(ra: TraceRecord, rb: TraceRecord, tier: int, comparer: _Comparer, by_name: bool) -> bool:
     """Is a pair from the aligner evidence enough to compare outputs?
 
     - Same op, called with different tensor arguments (inductor on CUDA calls
@@ -844,7 +854,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     # A's compiled regions: open ones, and whether any was seen (ops outside them run eagerly in both runs).
     open_regions, seen_regions = 0, False
 
-    def example(side: str, record: dict[str, Any]) -> None:
+    def example(side: str, record: TraceRecord) -> None:
         if (record["t"] == REGION or not compiled) and len(result.structure) < _STRUCTURE_EXAMPLES:
             place = Place.of(record)
             result.structure.append(f"only in {side}: {place.op}{place.at} (#{place.index})")
@@ -911,7 +921,7 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
                 result.inherited_complete = False
                 break
             continue
-        passed: list[tuple[dict, dict, TensorComparison]] = []
+        passed: list[tuple[Tensor, Tensor, TensorComparison]] = []
         in_diffs, _ = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name=by_name, passed=passed,
                                      kernel=kernel)
         first_entry = loose_entries.read_by(ra, passed, walker)  # kept from the record that sets `result.first`
@@ -1114,17 +1124,17 @@ def _far_apart(diffs: list[TensorDiff]) -> bool:
     return all(not d.comparison.nonfinite and d.comparison.rel_diff > _OTHER_QUANTITY for d in diffs)
 
 
-def _differing(record: dict[str, Any], diffs: list[TensorDiff]) -> list[dict[str, Any]]:
+def _differing(record: TraceRecord, diffs: list[TensorDiff]) -> list[Tensor]:
     args = {d.arg for d in diffs}
     return [t for t in record.get("out", ()) if t["a"] in args]
 
 
-def _input_origin(ra: dict[str, Any], d: TensorDiff, amplified: Amplified) -> Amplifier | None:
+def _input_origin(ra: TraceRecord, d: TensorDiff, amplified: Amplified) -> Amplifier | None:
     """The amplifier behind a differing input of `ra`, if its difference is amplified noise."""
     return next((amplified.origin(t) for t in ra.get("in", ()) if t["a"] == d.arg), None)
 
 
-def _amplified_reached(ra: dict, rb: dict, origin: Amplifier, diffs: list[TensorDiff]) -> Divergence:
+def _amplified_reached(ra: TraceRecord, rb: TraceRecord, origin: Amplifier, diffs: list[TensorDiff]) -> Divergence:
     """Amplified sub-tolerance noise reaches a compiled region's outputs beyond the tolerance: blame the amplifier."""
     seen = Place.of(ra)
     note = (f"{origin.describe()}; the amplified difference reaches {seen.op} (#{seen.index}), "
@@ -1153,8 +1163,8 @@ def _count_structure(result: DiffResult, partner: array, rejected: int, compiled
         result.structure_count = result.unpaired_a + result.unpaired_b
 
 
-def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool,
-                   tolerance_of: Callable[[dict[str, Any]], Tolerance]) -> bool:
+def _fed_by_b_only(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], b_side: _BSide, by_name: bool,
+                   tolerance_of: Callable[[Tensor], Tolerance]) -> bool:
     """Was a differing input of B's record made by a record only B runs (e.g. an op a compiler pass
     inserted)? A dispatched op; a generated kernel only where B's record is a kernel too (one kernel
     per op) and the kernel computes an op A never computes at its line, or read A's very input (B
@@ -1167,7 +1177,7 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     same_quantity = {d.arg for d in in_diffs if not _far_apart([d])}
     kernels_count = rb["t"] == KERNEL
 
-    def changes(made: _Made, ta: dict[str, Any]) -> bool:
+    def changes(made: _Made, ta: Tensor) -> bool:
         if not made.only_b or made.moves:
             return False
         if made.kernel is None:
@@ -1186,7 +1196,7 @@ def _fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: _BSid
     return False
 
 
-def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: bool, comparer: _Comparer,
+def _absorbed_change(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], kernel: bool, comparer: _Comparer,
                      walker: _Walker, b_side: _BSide, by_name: bool) -> Divergence | None:
     """`ra`'s outputs agree though an input differs beyond the tolerance: B changed a value of A's that
     agreed (with a record only B runs) and `ra` absorbed the change (a small residual branch added to a
@@ -1223,7 +1233,7 @@ def _absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: boo
     return Divergence(_kind(bad), made_a, made_b.place, (made_a,), bad, False, note, observed=seen)
 
 
-def _absorbed_from_unpaired_ops(ra: dict, rb: dict, bad: TensorDiff, ta: dict[str, Any], tb: dict[str, Any],
+def _absorbed_from_unpaired_ops(ra: TraceRecord, rb: TraceRecord, bad: TensorDiff, ta: Tensor, tb: Tensor,
                                 walker: _Walker, b_side: _BSide) -> Divergence | None:
     """`_absorbed_change` where A made the differing input with ops no record of B is paired with (a
     compiled backward's layer-norm backward and residual `add`, one kernel of B): B's generated kernel
@@ -1273,13 +1283,13 @@ def _from_an_absorbed_change(first: Divergence, absorbed: Divergence | None) -> 
     return replace(absorbed, worst=first.worst, note=note, observed=shown)
 
 
-def _input_pair(ra: dict, rb: dict, bad: TensorDiff, by_name: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _input_pair(ra: TraceRecord, rb: TraceRecord, bad: TensorDiff, by_name: bool) -> tuple[Tensor, Tensor | None]:
     """The differing input `bad` of A's record, and B's tensor paired with it (None if none is)."""
     ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
     return ta, next((y for x, y in _pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
 
 
-def _changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
+def _changed_in_between(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
                         by_name: bool) -> Divergence:
     """An input differs although no unpaired op of A produced it.
 
@@ -1313,7 +1323,7 @@ def _op_read_at_its_line(made: _Made, walker: _Walker, b_side: _BSide, line: str
     return next((p for p in read if p is not None and p.source == line and not only_moves(p.op)), None)
 
 
-def _made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], views: list[_Produced], walker: _Walker,
+def _made_in_b_behind_views(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], views: list[_Produced], walker: _Walker,
                             made_in_b: list[_Made], b_side: _BSide) -> Divergence | None:
     """An input differs and only views of A stand between it and values that agree.
 
@@ -1363,7 +1373,7 @@ def _fused_elsewhere(kernel: _Made, named: Place, seen: Place, walker: _Walker, 
     return tuple(found)
 
 
-def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[TensorDiff], walker: _Walker,
+def _carried_by_views(ra: TraceRecord, rb: TraceRecord, views: list[_Produced], diffs: list[TensorDiff], walker: _Walker,
                       made_in_b: list[_Made]) -> Divergence | None:
     """Only views of A stand between a value that agreed within the tolerance and `ra`, where it
     differs beyond it, and B made it with no record of its own (`made_in_b`: B's walk back from the
@@ -1386,7 +1396,7 @@ def _carried_by_views(ra: dict, rb: dict, views: list[_Produced], diffs: list[Te
                       observed=seen, may_start_earlier=True)
 
 
-def _out_pair(ra: dict, rb: dict, worst: TensorDiff) -> dict[str, Any] | None:
+def _out_pair(ra: TraceRecord, rb: TraceRecord, worst: TensorDiff) -> Tensor | None:
     """B's output tensor compared with A's differing output `worst` (paired as the comparison pairs them)."""
     return next((y for x, y in _pair_tensors(ra.get("out", []), rb.get("out", []), True) if x["a"] == worst.arg), None)
 
@@ -1395,7 +1405,7 @@ def _places(candidates: list[_Produced]) -> tuple[Place, ...]:
     return tuple(c.place for c in candidates)
 
 
-def _changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
+def _changed_after_its_pair(ra: TraceRecord, rb: TraceRecord, tb: Tensor | None, candidates: tuple[Place, ...],
                             diffs: list[TensorDiff], walker: _Walker, b_side: _BSide,
                             comparer: _Comparer | None = None, through_loose: bool = False,
                             through_updates: bool = False) -> Divergence | None:
@@ -1504,7 +1514,7 @@ def _candidate_value_read(made: _Made, candidates: tuple[Place, ...], seen: int,
         if produced is None or (made.backward and not produced.backward):
             continue
         for t in produced.outputs:
-            if not t["fp"].get("l1"):
+            if not _fingerprint_of(t).get("l1"):
                 continue  # all zeros: any zeros read would match
             tolerance = comparer.tolerance(t["dt"], place.op, place.module, t.get("dev", "cpu"))
             if made.read(t, tolerance):
@@ -1519,15 +1529,15 @@ _INTEGRAL = re.compile(r"(u?int\d*|bool)$")
 _FAR_FROM_ZERO = 10.0
 
 
-def _loose(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
+def _loose(passed: list[tuple[Tensor, Tensor, TensorComparison]]) -> list[Tensor]:
     """B's tensors (of agreeing pairs) that agreed only within the absolute tolerance while far from zero:
     a coherent relative change larger than rtol (a 1% change of a variance whose values are ~5e-4, with
     atol 1e-5), not noise. They agree by the tolerance's rule; a walk back may still pass through them."""
     return [tb for ta, tb, c in passed if c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
-            and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
+            and abs(_fingerprint_of(ta).get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
 
 
-def _mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplified, walker: _Walker,
+def _mark_an_unread_update(ra: TraceRecord, rb: TraceRecord, passed: list, amplified: Amplified, walker: _Walker,
                            outside_regions: bool) -> None:
     """A paired record whose writes were not fingerprinted (AdamW's foreach step) and whose inputs agree
     only within the tolerance, as an amplifier's do (amplified.amplifies): what it wrote is amplified
@@ -1548,7 +1558,7 @@ def _mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplifie
                                      unread=True, loose_maker=maker), observed=False)
 
 
-def _changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDiff], origins: list[Amplifier],
+def _changed_before_an_unread_update(ra: TraceRecord, rb: TraceRecord, carried: list[TensorDiff], origins: list[Amplifier],
                                      by_name: bool, walker: _Walker, b_side: _BSide) -> Divergence | None:
     """`ra`'s inputs differ only by amplification, from a record whose writes were not fingerprinted (see
     _mark_an_unread_update): unless B changed, with a record only B runs, a value that agreed only
@@ -1572,7 +1582,7 @@ def _changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDif
     return None
 
 
-def _changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: list[_Produced],
+def _changed_behind_unread_writes(ra: TraceRecord, rb: TraceRecord, tb: Tensor | None, candidates: list[_Produced],
                                   diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
     """A's walk back reached a record whose writes were not fingerprinted (AdamW's foreach step on CUDA
     writes the weights in place): the values it read agreed, maybe only within the absolute tolerance (small
@@ -1589,7 +1599,7 @@ def _changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None,
                                f"are not fingerprinted ({candidates[-1].place.op}) made it visible")
 
 
-def _changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_diffs: list[TensorDiff],
+def _changed_below_the_absolute_tolerance(ra: TraceRecord, rb: TraceRecord, passed: list, out_diffs: list[TensorDiff],
                                           walker: _Walker, b_side: _BSide) -> Divergence | None:
     """An op whose inputs agree only within the absolute tolerance and whose outputs differ (taken for
     amplified noise): where B made such an input, far from zero, by changing a value that agreed at the
@@ -1602,7 +1612,7 @@ def _changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_
     return None
 
 
-def _shown_by_a_move(ra: dict, rb: dict, passed: list, diffs: list[TensorDiff], walker: _Walker) -> Divergence:
+def _shown_by_a_move(ra: TraceRecord, rb: TraceRecord, passed: list, diffs: list[TensorDiff], walker: _Walker) -> Divergence:
     """A value-preserving op's outputs differ while its inputs agree within the tolerance over the whole
     tensor: the difference was made before it. Name the ops of A that made its inputs (not pinned)."""
     seen, worst = Place.of(ra), _worst(diffs)
@@ -1616,7 +1626,7 @@ def _shown_by_a_move(ra: dict, rb: dict, passed: list, diffs: list[TensorDiff], 
                       observed=seen, may_start_earlier=True)
 
 
-def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
+def _made_only_in_b(ra: TraceRecord, rb: TraceRecord, diffs: list[TensorDiff], walker: _Walker, b_side: _BSide) -> Divergence | None:
     """A compiled region's output differs and every op of A behind it agrees with its partner in B.
 
     Then B changed the value after its last paired op: ops only B ran between
@@ -1646,7 +1656,7 @@ def _made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], walker: _Walker
     return Divergence(_kind(worst), a, changed.place, (a,), worst, False, note, observed=seen)
 
 
-def _from_walk(ra: dict, rb: dict, candidates: list[_Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
+def _from_walk(ra: TraceRecord, rb: TraceRecord, candidates: list[_Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
     worst = _worst(diffs)
     seen = Place.of(ra)
     if not candidates:
