@@ -9,6 +9,7 @@ but the exit codes.
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -144,8 +145,8 @@ class TensorEvidence:
     arg: str
     dtype: str
     shape: tuple[int, ...]
-    fingerprint_a: dict[str, Any]
-    fingerprint_b: dict[str, Any]
+    fingerprint_a: Mapping[str, Any]  # trace/schema.py's Fingerprint (this module imports no other layer's types)
+    fingerprint_b: Mapping[str, Any]
     rel_diff: float | None  # None: not finite (JSON has no Infinity)
     statistic: str
     rtol: float

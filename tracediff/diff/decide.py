@@ -8,7 +8,7 @@ bisection, determinism advice, repeats) return new outcomes; the renderers in re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -117,7 +117,7 @@ def _drift_note(found: Found, findings: SameInputFindings, inherited: int) -> st
             "loop), not the compiler")
 
 
-def _run(run: RunResult | None, footer: dict[str, Any] | None, truncated: bool, header: dict[str, Any]) -> RunSummary:
+def _run(run: RunResult | None, footer: Mapping[str, Any] | None, truncated: bool, header: Mapping[str, Any]) -> RunSummary:
     footer = footer or {}
     failure = run.failure() if run is not None else None
     if failure is None:

@@ -21,6 +21,7 @@ from tracediff.errors import ExitCode, Interrupted, UserError
 from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
 from tracediff.outputs import rank_path
+from tracediff.trace.schema import Footer
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
 TAIL_LINES = 6
@@ -41,7 +42,7 @@ def _output_tail(log: Path) -> tuple[str, ...]:
     return tuple(kept[-TAIL_LINES:])
 
 
-def _footer(trace: Path) -> dict[str, Any] | None:
+def _footer(trace: Path) -> Footer | None:
     """The trace's footer; None if it has none (cut off) or cannot be read."""
     from tracediff.trace.reader import read_footer
 
@@ -51,7 +52,7 @@ def _footer(trace: Path) -> dict[str, Any] | None:
         return None
 
 
-def _error_of(footer: dict[str, Any] | None) -> dict[str, Any] | None:
+def _error_of(footer: Footer | None) -> dict[str, Any] | None:
     error = (footer or {}).get("error")
     return {k: error.get(k) for k in ("type", "message")} if isinstance(error, dict) else None
 
@@ -151,7 +152,7 @@ def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, 
                      rank_progress=progress)
 
 
-def _progress(trace: Path, footer: dict[str, Any] | None) -> str:
+def _progress(trace: Path, footer: Footer | None) -> str:
     """How far one rank got: its records, and whether its trace (`footer`: its footer, if any) has a footer."""
     from tracediff.trace.reader import Trace
 

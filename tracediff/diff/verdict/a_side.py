@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 from tracediff.diff.amplified import Amplified
 from tracediff.diff.garbage import Garbage
@@ -27,6 +26,7 @@ from tracediff.diff.verdict.dataflow import (
     value_ref,
 )
 from tracediff.op_names import base_op
+from tracediff.trace.schema import Tensor, TraceRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class Produced:
     candidate: bool
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
-    outputs: tuple[dict[str, Any], ...] = ()  # a candidate's output tensors (fingerprinted)
+    outputs: tuple[Tensor, ...] = ()  # a candidate's output tensors (fingerprinted)
     # Paired with B's record, but what it wrote was not fingerprinted (an in-place foreach op's writes).
     unread: bool = False
     backward: bool = False  # run by autograd's backward
@@ -54,7 +54,7 @@ class ASide:
         self.agreed: OrderedDict[Key, Place] = OrderedDict()
         self.shown_by_view: OrderedDict[Key, Ref] = OrderedDict()  # an agreed view's value -> the value it shows
 
-    def unknown(self, record: dict[str, Any], candidate: bool, compared: bool = False) -> None:
+    def unknown(self, record: TraceRecord, candidate: bool, compared: bool = False) -> None:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = Produced(Place.of(record), reads_of(record), candidate, any(t.get("uninit") for t in outs),
@@ -67,7 +67,7 @@ class ASide:
                 self.agreed.pop(key, None)
                 put_bounded(self.unknown_producers, key, entry)
 
-    def known(self, record: dict[str, Any]) -> None:
+    def known(self, record: TraceRecord) -> None:
         """The record's outputs agree with B's; uninitialized ones stay suspects."""
         place = Place.of(record)
         carried = self.amplified.origin_of_reads(record)
@@ -93,7 +93,7 @@ class ASide:
                     if len(reads) == 1 and preserves_values(record):
                         put_bounded(self.shown_by_view, key, reads[0])
 
-    def agreed_value(self, t: dict[str, Any]) -> Place | None:
+    def agreed_value(self, t: Tensor) -> Place | None:
         """The record of A that made `t`'s value, if that value agreed with B's."""
         return self.agreed.get(resolve(value_ref(t), self.agreed, self.unknown_producers))
 
@@ -113,7 +113,7 @@ class ASide:
         places += [p for p in self.agreed.values() if p.source == source and not only_moves(p.op)]
         return max(places, key=lambda p: p.index, default=None)
 
-    def outputs_of(self, index: int) -> tuple[dict[str, Any], ...]:
+    def outputs_of(self, index: int) -> tuple[Tensor, ...]:
         """The output tensors of A's unpaired candidate record `index` (if still remembered)."""
         entry = self.unpaired(index)
         return entry.outputs if entry is not None else ()
@@ -133,7 +133,7 @@ class ASide:
         return next((p for p in reversed(self.agreed.values()) if p.source == source and not only_moves(p.op)
                      and (before is None or p.index < before)), None)
 
-    def agreed_through_views(self, t: dict[str, Any]) -> Place | None:
+    def agreed_through_views(self, t: Tensor) -> Place | None:
         """The record of A that made `t`'s value, if that value agreed with B's, seen through the
         views (unpaired, value-preserving records) between it and `t`."""
         refs = [value_ref(t)]
@@ -147,7 +147,7 @@ class ASide:
             refs = list(entry.reads)
         return None
 
-    def maker_behind_views(self, t: dict[str, Any]) -> Place | None:
+    def maker_behind_views(self, t: Tensor) -> Place | None:
         """`agreed_through_views(t)`; where that record only moves values (autograd's `t` of a weight
         gradient), the op of A computing the value it shows (the `mm`), compared or not."""
         return self._maker_behind_views(value_ref(t))
@@ -170,7 +170,7 @@ class ASide:
             ref = entry.reads[0]
         return last_agreed
 
-    def maker(self, t: dict[str, Any]) -> Place | None:
+    def maker(self, t: Tensor) -> Place | None:
         """The record of A that computed `t`'s value, compared or not, seen through views."""
         ref = value_ref(t)
         for _ in range(VIEW_CHAIN_LIMIT):
@@ -193,7 +193,7 @@ class ASide:
                 return place
         return None
 
-    def walk_back(self, start: list[dict[str, Any]]) -> list[Produced]:
+    def walk_back(self, start: list[Tensor]) -> list[Produced]:
         """Candidate records upstream of the `start` tensors, oldest first."""
         found: dict[int, Produced] = {}
         visited: set[int] = set()

@@ -20,6 +20,7 @@ from tracediff.diff.verdict.dataflow import (
     Ref,
     content_of,
     filed_keys,
+    fingerprint_of,
     put_bounded,
     reads_of,
     resolve,
@@ -27,7 +28,7 @@ from tracediff.diff.verdict.dataflow import (
     value_ref,
 )
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, REGION, without_sketch
+from tracediff.trace.schema import KERNEL, REGION, Tensor, TraceRecord, without_sketch
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,23 +43,24 @@ class Made:
     moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
-    read_values: tuple[dict[str, Any], ...] = ()  # an op only B runs, or foreign: the tensors it read (fingerprinted)
+    read_values: tuple[Tensor, ...] = ()  # an op only B runs, or foreign: the tensors it read (fingerprinted)
     wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`content_of`) of what it wrote
     read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
     fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
     unread: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
     backward: bool = False  # run by autograd's backward (a compiled backward's kernel)
 
-    def read(self, value: dict[str, Any], tolerance: Tolerance) -> bool:
+    def read(self, value: Tensor, tolerance: Tolerance) -> bool:
         """Did this record read `value` (a tensor of A's), within `tolerance`? A dispatched op's input of
         A's shape is compared with its sketch too: its elements are in A's order, and the order-free
         statistics alone miss a change that keeps the norms (a tied embedding's gradient 3e-4 off, its l2
         within 3e-6). A kernel's buffer is compared by those statistics alone (`without_sketch`)."""
-        mine = without_sketch(value["fp"])
+        mine = without_sketch(fingerprint_of(value))
         for t in self.read_values:
             in_order = self.kernel is None and t.get("sh") == value.get("sh")
-            if compare_fingerprints(value["fp"] if in_order else mine,
-                                    t["fp"] if in_order else without_sketch(t["fp"]), tolerance).ok:
+            theirs = fingerprint_of(t)
+            if compare_fingerprints(fingerprint_of(value) if in_order else mine,
+                                    theirs if in_order else without_sketch(theirs), tolerance).ok:
                 return True
         return False
 
@@ -86,9 +88,9 @@ class BSide:
         self.loose: OrderedDict[Key, None] = OrderedDict()
         self._records = self._alignable(Trace(path))
         self.index = -1
-        self.current: dict[str, Any] | None = None
+        self.current: TraceRecord | None = None
 
-    def _alignable(self, trace: Trace) -> Iterator[dict[str, Any]]:
+    def _alignable(self, trace: Trace) -> Iterator[TraceRecord]:
         count = 0
         for record in trace:
             outs = record.get("out", ())
@@ -106,7 +108,7 @@ class BSide:
                              wrote=tuple(c for c in map(content_of, outs) if c is not None) if only_b else (),
                              read_contents=tuple(c for c in map(content_of, record.get("in", ())) if c is not None)
                              if only_b else (),
-                             fused_lines=frozenset(f["src"] for f in record.get("fuses") or () if f.get("src")),
+                             fused_lines=frozenset(src for f in record.get("fuses") or () if (src := f.get("src"))),
                              unread=any(t.get("unread") for t in outs), backward=bool(record.get("bw")))
                 for t in outs:
                     for key in filed_keys(record, t):
@@ -118,7 +120,7 @@ class BSide:
                 count += 1
                 yield record
 
-    def _note_read(self, t: dict[str, Any]) -> None:
+    def _note_read(self, t: Tensor) -> None:
         """A tensor read that no record made (inductor's `reinterpret_tensor` of a kernel's buffer,
         passed to an extern `mm`): remember whose content it holds, for the walk back."""
         if t.get("fp") is None or value_key(t) in self.read_as or resolve(value_ref(t), self.producers) in self.producers:
@@ -127,7 +129,7 @@ class BSide:
         if content is not None and content in self.by_content:
             put_bounded(self.read_as, value_key(t), self.by_content[content][0])
 
-    def agree(self, record: dict[str, Any], a_index: int, loose: Iterable[dict[str, Any]] = ()) -> None:
+    def agree(self, record: TraceRecord, a_index: int, loose: Iterable[Tensor] = ()) -> None:
         """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs.
         `loose`: those of its outputs that agreed only within the absolute tolerance (loosely_agreeing)."""
         loose_args = {t.get("a") for t in loose}
@@ -163,7 +165,7 @@ class BSide:
         found = (self.agreed.get(resolve(ref, self.agreed, self.producers)) for ref in made.reads)
         return [a_index for a_index in found if a_index is not None]
 
-    def producer(self, t: dict[str, Any]) -> Made | None:
+    def producer(self, t: Tensor) -> Made | None:
         """The record of B that made `t`'s value (through a view: the last write to its base; a tensor no
         record made, such as inductor's `reinterpret_tensor` of a kernel's buffer returned as a gradient:
         the last record writing its content)."""
@@ -172,7 +174,7 @@ class BSide:
             key = self.read_as.get(key, key)
         return self.producers.get(key)
 
-    def computing_producer(self, t: dict[str, Any]) -> Made | None:
+    def computing_producer(self, t: Tensor) -> Made | None:
         """`producer(t)`, or where that record writes exactly what it read (a detach, a bias `add` of zeros
         after a pass's `mul`), the last record behind it that computes: the one that made the value."""
         made = self.producer(t)
@@ -180,7 +182,7 @@ class BSide:
             made = next((m for m in reversed(self.walk_back(t)) if not m.moves), None)
         return made
 
-    def walk_back(self, start: dict[str, Any], through_loose: bool = False,
+    def walk_back(self, start: Tensor, through_loose: bool = False,
                   through_updates: bool = False) -> list[Made]:
         """The records of B that made the value of `start` (a tensor) from values known to agree, oldest first.
 
@@ -209,11 +211,11 @@ class BSide:
                 stack.extend(made.reads)
         return [found[i] for i in sorted(found)]
 
-    def rest(self) -> Iterator[dict[str, Any]]:
+    def rest(self) -> Iterator[TraceRecord]:
         """B's alignable records after the current one (all unpaired once A is done)."""
         yield from self._records
 
-    def advance_to(self, j: int) -> Iterator[dict[str, Any]]:
+    def advance_to(self, j: int) -> Iterator[TraceRecord]:
         """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
         while self.index < j:
             self.current = next(self._records)

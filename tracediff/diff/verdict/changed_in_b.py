@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
 
 from tracediff.diff.compare import TensorDiff
 from tracediff.diff.place import Place
@@ -20,11 +19,13 @@ from tracediff.diff.verdict.comparer import (
     kind_of,
     worst_of,
 )
+from tracediff.diff.verdict.dataflow import fingerprint_of
 from tracediff.diff.verdict.divergence import Divergence
 from tracediff.diff.verdict.loose import loosely_agreeing
+from tracediff.trace.schema import Tensor, TraceRecord
 
 
-def changed_in_between(ra: dict, rb: dict, in_diffs: list[TensorDiff], a_side: ASide, b_side: BSide,
+def changed_in_between(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], a_side: ASide, b_side: BSide,
                         by_name: bool) -> Divergence:
     """An input differs although no unpaired op of A produced it.
 
@@ -58,7 +59,7 @@ def op_read_at_its_line(made: Made, a_side: ASide, b_side: BSide, line: str | No
     return next((p for p in read if p is not None and p.source == line and not only_moves(p.op)), None)
 
 
-def made_in_b_behind_views(ra: dict, rb: dict, in_diffs: list[TensorDiff], views: list[Produced], a_side: ASide,
+def made_in_b_behind_views(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], views: list[Produced], a_side: ASide,
                             made_in_b: list[Made], b_side: BSide) -> Divergence | None:
     """An input differs and only views of A stand between it and values that agree.
 
@@ -108,7 +109,7 @@ def fused_elsewhere(kernel: Made, named: Place, seen: Place, a_side: ASide, b_si
     return tuple(found)
 
 
-def changed_after_its_pair(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: tuple[Place, ...],
+def changed_after_its_pair(ra: TraceRecord, rb: TraceRecord, tb: Tensor | None, candidates: tuple[Place, ...],
                             diffs: list[TensorDiff], a_side: ASide, b_side: BSide,
                             comparer: Comparer | None = None, through_loose: bool = False,
                             through_updates: bool = False) -> Divergence | None:
@@ -217,7 +218,7 @@ def candidate_value_read(made: Made, candidates: tuple[Place, ...], seen: int, a
         if produced is None or (made.backward and not produced.backward):
             continue
         for t in produced.outputs:
-            if not t["fp"].get("l1"):
+            if not fingerprint_of(t).get("l1"):
                 continue  # all zeros: any zeros read would match
             tolerance = comparer.tolerance(t["dt"], place.op, place.module, t.get("dev", "cpu"))
             if made.read(t, tolerance):
@@ -229,7 +230,7 @@ def candidate_value_read(made: Made, candidates: tuple[Place, ...], seen: int, a
 _INTEGRAL = re.compile(r"(u?int\d*|bool)$")
 
 
-def changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None, candidates: list[Produced],
+def changed_behind_unread_writes(ra: TraceRecord, rb: TraceRecord, tb: Tensor | None, candidates: list[Produced],
                                   diffs: list[TensorDiff], a_side: ASide, b_side: BSide) -> Divergence | None:
     """A's walk back reached a record whose writes were not fingerprinted (AdamW's foreach step on CUDA
     writes the weights in place): the values it read agreed, maybe only within the absolute tolerance (small
@@ -247,7 +248,7 @@ def changed_behind_unread_writes(ra: dict, rb: dict, tb: dict[str, Any] | None, 
                         f"are not fingerprinted ({candidates[-1].place.op}) made it visible")
 
 
-def changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_diffs: list[TensorDiff],
+def changed_below_the_absolute_tolerance(ra: TraceRecord, rb: TraceRecord, passed: list, out_diffs: list[TensorDiff],
                                           a_side: ASide, b_side: BSide) -> Divergence | None:
     """An op whose inputs agree only within the absolute tolerance and whose outputs differ (taken for
     amplified noise): where B made such an input, far from zero, by changing a value that agreed at the
@@ -261,7 +262,7 @@ def changed_below_the_absolute_tolerance(ra: dict, rb: dict, passed: list, out_d
     return None
 
 
-def made_only_in_b(ra: dict, rb: dict, diffs: list[TensorDiff], a_side: ASide, b_side: BSide) -> Divergence | None:
+def made_only_in_b(ra: TraceRecord, rb: TraceRecord, diffs: list[TensorDiff], a_side: ASide, b_side: BSide) -> Divergence | None:
     """A compiled region's output differs and every op of A behind it agrees with its partner in B.
 
     Then B changed the value after its last paired op: ops only B ran between

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.compare import TensorDiff, compare_fingerprints
 from tracediff.diff.garbage import Garbage
 from tracediff.diff.noise import Noise
 from tracediff.diff.precision import CarriedPrecision
-from tracediff.trace.schema import without_sketch
+from tracediff.diff.verdict.dataflow import fingerprint_of
+from tracediff.trace.schema import Fingerprint, Tensor, TraceRecord, without_sketch
 
 
 class Comparer:
@@ -34,19 +35,20 @@ class Comparer:
             tolerance = self._tolerances[key] = self.config.tolerance_for(dtype, op, module, device)
         return tolerance
 
-    def reshaped_input_diffs(self, ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> list[TensorDiff]:
+    def reshaped_input_diffs(self, ra: TraceRecord, rb: TraceRecord, by_name: bool) -> list[TensorDiff]:
         """The inputs `diffs` leaves out as of other shapes, where B's kernel reads A's input's
         elements in another shape: those that disagree (order-free statistics only)."""
         out: list[TensorDiff] = []
         for ta, tb in pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
             if same_elements(ta, tb):
                 tolerance = self.precision.of(ta, ra.get("op") or "", ra.get("m"))
-                result = compare_fingerprints(without_sketch(ta["fp"]), without_sketch(tb["fp"]), tolerance)
+                fp_a, fp_b = fingerprint_of(ta), fingerprint_of(tb)
+                result = compare_fingerprints(without_sketch(fp_a), without_sketch(fp_b), tolerance)
                 if not result.ok:
-                    out.append(TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+                    out.append(TensorDiff("input", ta["a"], ta["dt"], tuple(ta["sh"]), fp_a, fp_b, result))
         return out
 
-    def reads_the_output_of(self, kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
+    def reads_the_output_of(self, kernel: TraceRecord, ra: TraceRecord) -> bool:
         """Does `kernel` read A's op's output, as a whole, within the tolerance? Then it consumes that
         value, it does not compute it, even when it is named for the op: `triton_poi_fused_addmm_sub`
         slices an `addmm` extern call's padded output (its origins include the slice) and subtracts the
@@ -58,12 +60,12 @@ class Comparer:
         tolerance = self.precision.of(ta, ra.get("op") or "", ra.get("m"))
         for tb in kernel.get("in", ()):
             if tb.get("fp") and not tb.get("uninit") and tb["dt"] == ta["dt"]:
-                padded = dict(without_sketch(tb["fp"]), n=ta["fp"].get("n"))
-                if compare_fingerprints(without_sketch(ta["fp"]), padded, tolerance).ok:
+                padded = cast(Fingerprint, dict(without_sketch(fingerprint_of(tb)), n=fingerprint_of(ta).get("n")))
+                if compare_fingerprints(without_sketch(fingerprint_of(ta)), padded, tolerance).ok:
                     return True
         return False
 
-    def diffs(self, side: str, xs: list, ys: list, ra: dict[str, Any], by_name: bool,
+    def diffs(self, side: str, xs: list, ys: list, ra: TraceRecord, by_name: bool,
               rels: list[float] | None = None, passed: list | None = None,
               kernel: bool = False) -> tuple[list[TensorDiff], int]:
         """Disagreeing tensors, and how many were compared; `rels` collects every tensor's rel diff,
@@ -78,7 +80,8 @@ class Comparer:
                 continue
             compared += 1
             tolerance = self.precision.of(ta, op, ra.get("m"))
-            fa, fb = (without_sketch(ta["fp"]), without_sketch(tb["fp"])) if kernel else (ta["fp"], tb["fp"])
+            fp_a, fp_b = fingerprint_of(ta), fingerprint_of(tb)  # `comparable`: both have one
+            fa, fb = (without_sketch(fp_a), without_sketch(fp_b)) if kernel else (fp_a, fp_b)
             if self.noise is not None and tolerance.rtol > 0:
                 noise = self.noise.get(ra["i"], side, ta["a"])
                 result = compare_fingerprints(fa, fb, tolerance, noise, self.noise.factor)
@@ -90,13 +93,13 @@ class Comparer:
             if rels is not None:
                 rels.append(result.rel_diff)
             if not result.ok:
-                out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), ta["fp"], tb["fp"], result))
+                out.append(TensorDiff(side, ta["a"], ta["dt"], tuple(ta["sh"]), fp_a, fp_b, result))
             elif passed is not None:
                 passed.append((ta, tb, result))
         return out, compared
 
 
-def same_elements(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
+def same_elements(ta: Tensor, tb: Tensor) -> bool:
     """Tensors of other shapes holding as many elements of one dtype: a kernel reads the buffer A's
     op reads through a view (`_unsafe_view` of an `mm`'s output)."""
     fa, fb = ta.get("fp"), tb.get("fp")
@@ -104,14 +107,14 @@ def same_elements(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
             and ta["dt"] == tb["dt"] and ta["sh"] != tb["sh"] and fa.get("n") == fb.get("n"))
 
 
-def comparable(ta: dict[str, Any], tb: dict[str, Any]) -> bool:
+def comparable(ta: Tensor, tb: Tensor) -> bool:
     return (
         ta.get("fp") is not None and tb.get("fp") is not None and not ta.get("uninit") and not tb.get("uninit")
         and ta["dt"] == tb["dt"] and ta["sh"] == tb["sh"]
     )
 
 
-def pair_tensors(xs: list[dict[str, Any]], ys: list[dict[str, Any]], by_name: bool) -> Iterator[tuple[dict, dict]]:
+def pair_tensors(xs: list[Tensor], ys: list[Tensor], by_name: bool) -> Iterator[tuple[Tensor, Tensor]]:
     """Corresponding tensors: by argument name when both ops name them alike, else by order."""
     if by_name:
         named = {t["a"]: t for t in ys}
@@ -139,17 +142,17 @@ def far_apart(diffs: list[TensorDiff]) -> bool:
     return all(not d.comparison.nonfinite and d.comparison.rel_diff > OTHER_QUANTITY for d in diffs)
 
 
-def differing(record: dict[str, Any], diffs: list[TensorDiff]) -> list[dict[str, Any]]:
+def differing(record: TraceRecord, diffs: list[TensorDiff]) -> list[Tensor]:
     args = {d.arg for d in diffs}
     return [t for t in record.get("out", ()) if t["a"] in args]
 
 
-def input_pair(ra: dict, rb: dict, bad: TensorDiff, by_name: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def input_pair(ra: TraceRecord, rb: TraceRecord, bad: TensorDiff, by_name: bool) -> tuple[Tensor, Tensor | None]:
     """The differing input `bad` of A's record, and B's tensor paired with it (None if none is)."""
     ta = next(t for t in ra.get("in", []) if t["a"] == bad.arg)
     return ta, next((y for x, y in pair_tensors(ra.get("in", []), rb.get("in", []), by_name) if x is ta), None)
 
 
-def out_pair(ra: dict, rb: dict, worst: TensorDiff) -> dict[str, Any] | None:
+def out_pair(ra: TraceRecord, rb: TraceRecord, worst: TensorDiff) -> Tensor | None:
     """B's output tensor compared with A's differing output `worst` (paired as the comparison pairs them)."""
     return next((y for x, y in pair_tensors(ra.get("out", []), rb.get("out", []), True) if x["a"] == worst.arg), None)

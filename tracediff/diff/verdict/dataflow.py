@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from tracediff.trace.schema import KERNEL
+from tracediff.trace.schema import KERNEL, Fingerprint, Tensor, TraceRecord
 
 # Bounds: producers remembered for the walk back, nodes visited per walk,
 # echoes counted before pass 2 stops reading.
@@ -27,11 +27,11 @@ Key = tuple[int, Any]  # (tensor id, version): one value of one tensor
 Ref = tuple[int, Any, Any]  # (tensor id, version, base id or None): a value read, maybe through a view
 
 
-def value_key(t: dict[str, Any]) -> Key:
+def value_key(t: Tensor) -> Key:
     return t["id"], t.get("v")
 
 
-def content_of(t: dict[str, Any]) -> tuple | None:
+def content_of(t: Tensor) -> tuple | None:
     """A tensor's content as its fingerprint states it: exact in what no order of summation changes (dtype,
     element count, max), to 7 digits in its sums, which a reinterpreting view (a transposed
     `reinterpret_tensor` of a kernel's buffer) sums in another order; None where it says too little to
@@ -48,15 +48,22 @@ def content_of(t: dict[str, Any]) -> tuple | None:
 _CONTENT_DIGITS = 7
 
 
-def value_ref(t: dict[str, Any]) -> Ref:
+def fingerprint_of(t: Tensor) -> Fingerprint:
+    """`t`'s fingerprint, where the caller knows it has one (compared, or kept for having one)."""
+    fp = t["fp"]
+    assert fp is not None
+    return fp
+
+
+def value_ref(t: Tensor) -> Ref:
     return t["id"], t.get("v"), t.get("b")
 
 
-def reads_of(record: dict[str, Any]) -> tuple[Ref, ...]:
+def reads_of(record: TraceRecord) -> tuple[Ref, ...]:
     return tuple(value_ref(t) for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit"))
 
 
-def filed_keys(record: dict[str, Any], t: dict[str, Any]) -> tuple[Key, ...]:
+def filed_keys(record: TraceRecord, t: Tensor) -> tuple[Key, ...]:
     """The keys an output of `record` is a value of: its own, and its base's when the record wrote
     it through a view (in place, out=, a kernel's buffer). A view shares its base's version
     counter, so `v[idx] = x` makes a new value of the base at the same version."""

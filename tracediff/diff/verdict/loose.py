@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from tracediff.diff.compare import TensorComparison
 from tracediff.diff.place import Place
@@ -18,10 +17,12 @@ from tracediff.diff.verdict.dataflow import (
     VIEW_CHAIN_LIMIT,
     Key,
     filed_keys,
+    fingerprint_of,
     put_bounded,
     resolve,
     value_ref,
 )
+from tracediff.trace.schema import Tensor, TraceRecord
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class LooseEntries:
     def __init__(self) -> None:
         self.carried: OrderedDict[Key, LooseEntry] = OrderedDict()
 
-    def read_by(self, ra: dict[str, Any], passed: list[tuple[dict, dict, TensorComparison]],
+    def read_by(self, ra: TraceRecord, passed: list[tuple[Tensor, Tensor, TensorComparison]],
                 a_side: ASide) -> LooseEntry | None:
         """The earliest entry that `ra`'s inputs carry (compared or not: a kernel's buffers need not be A's
         op's arguments), or that one of its agreeing inputs (`passed`) starts."""
@@ -65,8 +66,8 @@ class LooseEntries:
         return min(found, key=lambda e: e.read_at.index, default=None)
 
     @staticmethod
-    def started_by(ra: dict[str, Any], passed: list[tuple[dict, dict, TensorComparison]],
-                   out_passed: list[tuple[dict, dict, TensorComparison]]) -> LooseEntry | None:
+    def started_by(ra: TraceRecord, passed: list[tuple[Tensor, Tensor, TensorComparison]],
+                   out_passed: list[tuple[Tensor, Tensor, TensorComparison]]) -> LooseEntry | None:
         """A new entry where `ra` (whose inputs carry none) agreed, but its outputs moved far more than its
         agreeing inputs: a change of at least 1/_FAR_BELOW of rtol from inputs that moved _FAR_BELOW times
         less (a layer norm's backward 7e-5 off, rtol 1e-3, from inputs 4e-8 off: rounding)."""
@@ -79,7 +80,7 @@ class LooseEntries:
                f"from inputs that moved {inputs:.2g}: a change below the tolerance, not rounding, made there")
         return LooseEntry((place,), place, moved, how)
 
-    def carry(self, ra: dict[str, Any], moved: Iterable[dict[str, Any]], entry: LooseEntry | None) -> None:
+    def carry(self, ra: TraceRecord, moved: Iterable[Tensor], entry: LooseEntry | None) -> None:
         """`ra`'s outputs that moved at all (`moved`, A's tensors) carry what its inputs carried."""
         if entry is None:
             return
@@ -87,7 +88,7 @@ class LooseEntries:
             for key in filed_keys(ra, ta):
                 put_bounded(self.carried, key, entry)
 
-    def _of(self, t: dict[str, Any], a_side: ASide) -> LooseEntry | None:
+    def _of(self, t: Tensor, a_side: ASide) -> LooseEntry | None:
         """The entry `t`'s value carries, also through the unpaired views and ops of A that made it."""
         refs, seen = [value_ref(t)], 0
         while refs and seen < VIEW_CHAIN_LIMIT:
@@ -106,24 +107,24 @@ class LooseEntries:
 _FAR_BELOW = 30.0
 
 
-def moved(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
+def moved(passed: list[tuple[Tensor, Tensor, TensorComparison]]) -> list[Tensor]:
     """A's tensors of agreeing pairs that are not equal to B's."""
     return [ta for ta, _tb, comparison in passed if comparison.rel_diff > 0]
 
 
-def far_from_zero_and_loose(ta: dict[str, Any], c: TensorComparison) -> bool:
+def far_from_zero_and_loose(ta: Tensor, c: TensorComparison) -> bool:
     """A value that agreed only within the absolute tolerance while far from zero (see `loosely_agreeing`)."""
     return (c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
-            and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol)
+            and abs(fingerprint_of(ta).get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol)
 
 
 # A value this many times its absolute tolerance (max |x|) is no rounding noise near zero.
 _FAR_FROM_ZERO = 10.0
 
 
-def loosely_agreeing(passed: list[tuple[dict, dict, TensorComparison]]) -> list[dict[str, Any]]:
+def loosely_agreeing(passed: list[tuple[Tensor, Tensor, TensorComparison]]) -> list[Tensor]:
     """B's tensors (of agreeing pairs) that agreed only within the absolute tolerance while far from zero:
     a coherent relative change larger than rtol (a 1% change of a variance whose values are ~5e-4, with
     atol 1e-5), not noise. They agree by the tolerance's rule; a walk back may still pass through them."""
     return [tb for ta, tb, c in passed if c.rel_diff > c.tolerance.rtol and c.tolerance.atol > 0
-            and abs(ta["fp"].get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]
+            and abs(fingerprint_of(ta).get("max", 0.0)) > _FAR_FROM_ZERO * c.tolerance.atol]

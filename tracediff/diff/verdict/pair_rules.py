@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from tracediff.diff.amplified import Amplified, Amplifier, amplifies, within_a_products_reach
 from tracediff.diff.compare import TensorComparison, TensorDiff
@@ -40,9 +39,9 @@ from tracediff.diff.verdict.pairing import fed_by_b_only, inputs_mismatch, same_
 from tracediff.diff.verdict.refinements import unsure_if_inputs_moved
 from tracediff.diff.verdict.updates import changed_before_an_unread_update
 from tracediff.diff.verdict.walked_back import amplified_reached, carried_by_views, shown_by_a_move, walked_back
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
 
-Passed = list[tuple[dict[str, Any], dict[str, Any], TensorComparison]]  # agreeing tensor pairs (A's, B's, how)
+Passed = list[tuple[Tensor, Tensor, TensorComparison]]  # agreeing tensor pairs (A's, B's, how)
 
 
 @dataclass
@@ -69,8 +68,8 @@ class Walk:
 class Pair:
     """A compared pair: A's record `a`, B's record `b`, and how their tensors compare."""
 
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: TraceRecord
+    b: TraceRecord
     by_name: bool  # tensors matched by argument name (else by position)
     value_tier: bool  # paired by value (align.VALUE_TIER), not on op and shapes
     out_diffs: list[TensorDiff]
@@ -103,7 +102,7 @@ class Pair:
         """Its outputs differ while its inputs agree (but for amplified noise)."""
         return bool(self.out_diffs) and not self.in_diffs
 
-    def differing_outputs(self) -> list[dict[str, Any]]:
+    def differing_outputs(self) -> list[Tensor]:
         return differing(self.a, self.out_diffs)
 
 
@@ -393,12 +392,12 @@ def judge(pair: Pair, walk: Walk) -> Step:
     raise AssertionError("outputs_agree takes every pair")  # pragma: no cover
 
 
-def _bad_outputs(pair: Pair) -> list[dict[str, Any]]:
+def _bad_outputs(pair: Pair) -> list[Tensor]:
     args = {d.arg for d in pair.out_diffs}
     return [t for t in pair.a.get("out", []) if t["a"] in args]
 
 
-def _bad_inputs(pair: Pair) -> list[dict[str, Any]]:
+def _bad_inputs(pair: Pair) -> list[Tensor]:
     args = {d.arg for d in pair.in_diffs}
     return [t for t in pair.a.get("in", []) if t["a"] in args]
 

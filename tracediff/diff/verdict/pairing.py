@@ -6,7 +6,6 @@ of B's record was fed by a record only B runs (then a crossed pair is not one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from tracediff.config import Tolerance
 from tracediff.diff.align import SHAPE_TIER
@@ -19,10 +18,10 @@ from tracediff.diff.verdict.comparer import (
     pair_tensors,
 )
 from tracediff.op_names import base_op, short
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
 
 
-def kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
+def kernel_named_for(kernel: TraceRecord, ra: TraceRecord) -> bool:
     """Does a kernel at A's op's line write that op's value? Inductor names a kernel after the aten ops
     its nodes came from before decomposition (`triton_poi_fused_addmm_22` adds the bias of an `addmm`
     that became `mm` + `add`), so a kernel at the same line named for A's op computes the same quantity."""
@@ -32,7 +31,7 @@ def kernel_named_for(kernel: dict[str, Any], ra: dict[str, Any]) -> bool:
     return f"_{name}_" in f"_{kernel_origin(str(kernel.get('name', ''))) or ''}_"
 
 
-def same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
+def same_op(ra: TraceRecord, rb: TraceRecord) -> bool:
     """Do the two records compute the same op (a kernel: the last op it fuses)?"""
     if ra["t"] == REGION or rb["t"] == REGION:
         return ra["t"] == rb["t"]
@@ -40,18 +39,18 @@ def same_op(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
     return name_b is not None and base_op(ra.get("op", "")) == base_op(name_b)
 
 
-def tensor_args(record: dict[str, Any]) -> set[str]:
+def tensor_args(record: TraceRecord) -> set[str]:
     return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
 
 
-def inputs_mismatch(ra: dict[str, Any], rb: dict[str, Any], by_name: bool) -> bool:
+def inputs_mismatch(ra: TraceRecord, rb: TraceRecord, by_name: bool) -> bool:
     """Do corresponding inputs differ in dtype or shape (so they cannot be said to agree)?"""
     xs = [t for t in ra.get("in", ()) if t.get("fp") is not None]
     ys = [t for t in rb.get("in", ()) if t.get("fp") is not None]
     return len(xs) != len(ys) or any(ta["dt"] != tb["dt"] or ta["sh"] != tb["sh"] for ta, tb in pair_tensors(xs, ys, by_name))
 
 
-def comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer: Comparer, by_name: bool) -> bool:
+def comparable_pair(ra: TraceRecord, rb: TraceRecord, tier: int, comparer: Comparer, by_name: bool) -> bool:
     """Is a pair from the aligner evidence enough to compare outputs?
 
     - Same op, called with different tensor arguments (inductor on CUDA calls
@@ -73,8 +72,8 @@ def comparable_pair(ra: dict[str, Any], rb: dict[str, Any], tier: int, comparer:
     return True
 
 
-def fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: BSide, by_name: bool,
-                   tolerance_of: Callable[[dict[str, Any]], Tolerance]) -> bool:
+def fed_by_b_only(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], b_side: BSide, by_name: bool,
+                   tolerance_of: Callable[[Tensor], Tolerance]) -> bool:
     """Was a differing input of B's record made by a record only B runs (e.g. an op a compiler pass
     inserted)? A dispatched op; a generated kernel only where B's record is a kernel too (one kernel
     per op) and the kernel computes an op A never computes at its line, or read A's very input (B
@@ -87,7 +86,7 @@ def fed_by_b_only(ra: dict, rb: dict, in_diffs: list[TensorDiff], b_side: BSide,
     same_quantity = {d.arg for d in in_diffs if not far_apart([d])}
     kernels_count = rb["t"] == KERNEL
 
-    def changes(made: Made, ta: dict[str, Any]) -> bool:
+    def changes(made: Made, ta: Tensor) -> bool:
         if not made.only_b or made.moves:
             return False
         if made.kernel is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import takewhile
-from typing import Any
 
 from tracediff.diff.amplified import BARELY_BEYOND
 from tracediff.diff.compare import TensorDiff
@@ -25,7 +24,7 @@ from tracediff.diff.verdict.comparer import (
 )
 from tracediff.diff.verdict.divergence import Divergence
 from tracediff.diff.verdict.loose import LooseEntry
-from tracediff.trace.schema import OP
+from tracediff.trace.schema import OP, Tensor, TraceRecord
 
 
 def barely_beyond(d: Divergence) -> bool:
@@ -64,7 +63,7 @@ def unsure_if_inputs_moved(d: Divergence, passed: list) -> Divergence:
     return replace(d, may_start_earlier=True, note=note)
 
 
-def absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: bool, comparer: Comparer,
+def absorbed_change(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], kernel: bool, comparer: Comparer,
                      a_side: ASide, b_side: BSide, by_name: bool) -> Divergence | None:
     """`ra`'s outputs agree though an input differs beyond the tolerance: B changed a value of A's that
     agreed (with a record only B runs) and `ra` absorbed the change (a small residual branch added to a
@@ -101,7 +100,7 @@ def absorbed_change(ra: dict, rb: dict, in_diffs: list[TensorDiff], kernel: bool
     return Divergence(kind_of(bad), made_a, made_b.place, (made_a,), bad, False, note, observed=seen, rule="absorbed_change")
 
 
-def absorbed_by_unpaired_ops(ra: dict, rb: dict, bad: TensorDiff, ta: dict[str, Any], tb: dict[str, Any],
+def absorbed_by_unpaired_ops(ra: TraceRecord, rb: TraceRecord, bad: TensorDiff, ta: Tensor, tb: Tensor,
                                 a_side: ASide, b_side: BSide) -> Divergence | None:
     """`absorbed_change` where A made the differing input with ops no record of B is paired with (a
     compiled backward's layer-norm backward and residual `add`, one kernel of B): B's generated kernel

@@ -19,9 +19,10 @@ from tracediff.diff.verdict.comparer import (
 )
 from tracediff.diff.verdict.divergence import Divergence
 from tracediff.diff.verdict.loose import loosely_agreeing
+from tracediff.trace.schema import TraceRecord
 
 
-def mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplified, a_side: ASide,
+def mark_an_unread_update(ra: TraceRecord, rb: TraceRecord, passed: list, amplified: Amplified, a_side: ASide,
                            outside_regions: bool) -> None:
     """A paired record whose writes were not fingerprinted (AdamW's foreach step) and whose inputs agree
     only within the tolerance, as an amplifier's do (amplified.amplifies): what it wrote is amplified
@@ -42,7 +43,7 @@ def mark_an_unread_update(ra: dict, rb: dict, passed: list, amplified: Amplified
                                      unread=True, loose_maker=maker), observed=False)
 
 
-def changed_before_an_unread_update(ra: dict, rb: dict, carried: list[TensorDiff], origins: list[Amplifier],
+def changed_before_an_unread_update(ra: TraceRecord, rb: TraceRecord, carried: list[TensorDiff], origins: list[Amplifier],
                                      by_name: bool, a_side: ASide, b_side: BSide) -> Divergence | None:
     """`ra`'s inputs differ only by amplification, from a record whose writes were not fingerprinted (see
     mark_an_unread_update): unless B changed, with a record only B runs, a value that agreed only

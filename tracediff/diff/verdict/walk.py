@@ -15,7 +15,6 @@ alignment and bounded maps of compact producer entries for the walk back.
 from __future__ import annotations
 
 from array import array
-from typing import Any
 
 from tracediff.config import Config
 from tracediff.diff.align import VALUE_TIER
@@ -41,7 +40,7 @@ from tracediff.diff.verdict.refinements import (
 )
 from tracediff.diff.verdict.updates import mark_an_unread_update
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, TraceRecord
 
 # Echoes counted before reading stops; structure differences kept as examples.
 _INHERITED_LIMIT = 10_000
@@ -96,7 +95,7 @@ class _Walker:
             if not self._visit(ra, alignable_index):
                 return
 
-    def _visit(self, ra: dict[str, Any], alignable_index: int) -> bool:
+    def _visit(self, ra: TraceRecord, alignable_index: int) -> bool:
         """Compare A's record `ra` with its partner, if it has one; False once enough echoes are counted."""
         walk, sample, config = self.walk, self.sample, self.config
         j = self.partner[alignable_index]
@@ -125,7 +124,7 @@ class _Walker:
             return True
         return self._compare(ra, rb, by_name, self.tier[alignable_index] == VALUE_TIER)
 
-    def _compare(self, ra: dict[str, Any], rb: dict[str, Any], by_name: bool, value_tier: bool) -> bool:
+    def _compare(self, ra: TraceRecord, rb: TraceRecord, by_name: bool, value_tier: bool) -> bool:
         result, walk, sample = self.result, self.walk, self.sample
         rels: list[float] | None = [] if sample is not None else None
         kernel = KERNEL in (ra["t"], rb["t"])
@@ -152,7 +151,7 @@ class _Walker:
         self._take(self._pair(ra, rb, by_name, value_tier, out_diffs, out_passed))
         return True
 
-    def _pair(self, ra: dict[str, Any], rb: dict[str, Any], by_name: bool, value_tier: bool,
+    def _pair(self, ra: TraceRecord, rb: TraceRecord, by_name: bool, value_tier: bool,
               out_diffs: list[TensorDiff], out_passed: Passed) -> Pair:
         """The pair with its inputs compared; inputs that differ only because an earlier op amplified
         sub-tolerance noise are set apart (`carried`): no cause there."""
@@ -194,7 +193,7 @@ class _Walker:
         if after_an_update:
             mark_an_unread_update(ra, rb, pair.passed, walk.amplified, walk.a_side, walk.outside_regions)
 
-    def _example(self, side: str, record: dict[str, Any]) -> None:
+    def _example(self, side: str, record: TraceRecord) -> None:
         result = self.result
         if (record["t"] == REGION or not self.compiled) and len(result.structure) < _STRUCTURE_EXAMPLES:
             place = Place.of(record)
@@ -242,6 +241,6 @@ def _count_structure(result: DiffResult, partner: array, rejected: int, compiled
         result.structure_count = result.unpaired_a + result.unpaired_b
 
 
-def _input_origin(ra: dict[str, Any], d: TensorDiff, amplified: Amplified) -> Amplifier | None:
+def _input_origin(ra: TraceRecord, d: TensorDiff, amplified: Amplified) -> Amplifier | None:
     """The amplifier behind a differing input of `ra`, if its difference is amplified noise."""
     return next((amplified.origin(t) for t in ra.get("in", ()) if t["a"] == d.arg), None)

@@ -17,10 +17,10 @@ from tracediff.diff.verdict.comparer import (
     worst_of,
 )
 from tracediff.diff.verdict.divergence import Divergence
-from tracediff.trace.schema import KERNEL
+from tracediff.trace.schema import KERNEL, TraceRecord
 
 
-def walked_back(ra: dict, rb: dict, candidates: list[Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
+def walked_back(ra: TraceRecord, rb: TraceRecord, candidates: list[Produced], diffs: list[TensorDiff], inputs_agree: bool) -> Divergence:
     worst = worst_of(diffs)
     seen = Place.of(ra)
     if not candidates:
@@ -51,7 +51,7 @@ def _which(reported: Place, places: tuple[Place, ...]) -> str:
     return f"the last of them that computes ({places[-1].op} after it only moves or widens values)"
 
 
-def carried_by_views(ra: dict, rb: dict, views: list[Produced], diffs: list[TensorDiff], a_side: ASide,
+def carried_by_views(ra: TraceRecord, rb: TraceRecord, views: list[Produced], diffs: list[TensorDiff], a_side: ASide,
                       made_in_b: list[Made]) -> Divergence | None:
     """Only views of A stand between a value that agreed within the tolerance and `ra`, where it
     differs beyond it, and B made it with no record of its own (`made_in_b`: B's walk back from the
@@ -74,7 +74,7 @@ def carried_by_views(ra: dict, rb: dict, views: list[Produced], diffs: list[Tens
                       observed=seen, may_start_earlier=True, rule="carried_by_views")
 
 
-def shown_by_a_move(ra: dict, rb: dict, passed: list, diffs: list[TensorDiff], a_side: ASide) -> Divergence:
+def shown_by_a_move(ra: TraceRecord, rb: TraceRecord, passed: list, diffs: list[TensorDiff], a_side: ASide) -> Divergence:
     """A value-preserving op's outputs differ while its inputs agree within the tolerance over the whole
     tensor: the difference was made before it. Name the ops of A that made its inputs (not pinned)."""
     seen, worst = Place.of(ra), worst_of(diffs)
@@ -88,7 +88,7 @@ def shown_by_a_move(ra: dict, rb: dict, passed: list, diffs: list[TensorDiff], a
                       observed=seen, may_start_earlier=True, rule="shown_by_a_move")
 
 
-def amplified_reached(ra: dict, rb: dict, origin: Amplifier, diffs: list[TensorDiff]) -> Divergence:
+def amplified_reached(ra: TraceRecord, rb: TraceRecord, origin: Amplifier, diffs: list[TensorDiff]) -> Divergence:
     """Amplified sub-tolerance noise reaches a compiled region's outputs beyond the tolerance: blame the amplifier."""
     seen = Place.of(ra)
     note = (f"{origin.describe()}; the amplified difference reaches {seen.op} (#{seen.index}), "
