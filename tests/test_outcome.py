@@ -13,6 +13,7 @@ from tracediff.diff.decide import decide, unreadable
 from tracediff.diff.determinism import with_advice
 from tracediff.diff.engine import diff_traces
 from tracediff.outcome import Cause, Outcome, RunResult, Verdict
+from tracediff.report.text import render_text
 
 # The keys docs/design.md §6 fixes, in the order reports have always had them.
 CONTRACT = ["verdict", "exit_code", "traces", "first_divergence", "inherited", "inherited_complete", "compared",
@@ -46,6 +47,7 @@ def test_a_divergence_writes_the_contract_and_reads_back(tmp_path: Path) -> None
     assert list(written["first_divergence"]) == DIVERGENCE
     assert written["first_divergence"]["op"] == "aten::cos" and written["first_divergence"]["tensor"]["rel_diff"] > 0
     assert written["first_divergence"]["rule"] == "inputs_agree_outputs_differ"
+    assert "rule   inputs_agree_outputs_differ" in render_text(written)  # the text report names it too
 
 
 def test_a_match_and_the_sections_later_stages_add_read_back(tmp_path: Path) -> None:

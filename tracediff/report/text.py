@@ -272,6 +272,8 @@ def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = T
     if b and b.get("op") != seen_op:
         lines.append(f"    B ran {b['op']} there (#{b['index']})")
     lines.append(f"    {first.get('note')}")
+    if first.get("rule"):
+        lines.append(f"    rule   {first['rule']} (docs/design.md §8.2)")
     if first.get("candidates"):
         lines.append(f"    {_PINNED.get(first.get('pinned_by'), _PINNED[None])}")
     candidates = first.get("candidates") or []
