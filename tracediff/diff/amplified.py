@@ -19,7 +19,7 @@ backend, into a ~1e-5 step. Two signs that an op only amplifies such noise:
 
 Such an op is remembered, its differing outputs are marked amplified, and so
 are the outputs of later ops that differ only because they read amplified
-values. verdict.py reports the op only if an amplified value reaches a
+values. diff/verdict/ reports the op only if an amplified value reaches a
 compiled region's exit (the program's computed results) beyond the tolerance.
 """
 
@@ -34,9 +34,9 @@ from tracediff.diff.compare import TensorComparison, TensorDiff
 from tracediff.diff.place import Place
 from tracediff.trace.schema import OP, Tensor, TraceRecord
 
-Key = tuple[int, Any]  # (tensor id, version), as in verdict.py
+Key = tuple[int, Any]  # (tensor id, version), as in diff/verdict/dataflow.py
 
-_WINDOW = 200_000  # amplified values remembered (like verdict.py's producer window)
+_WINDOW = 200_000  # amplified values remembered (like diff/verdict/dataflow.py's producer window)
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,10 @@ class Amplifier:
     why: str  # why its inputs count as agreeing only below the tolerance
     unread: bool = False  # its amplified values are writes not fingerprinted (AdamW's foreach step)
     # Such a record that read a value changed coherently by more than rtol, within the absolute
-    # tolerance (verdict._loose): the op of A that made that value.
+    # tolerance (verdict/loose.py loosely_agreeing): the op of A that made that value.
     loose_maker: Place | None = None
     # What to report if its amplified difference reaches a compiled region's output: for the signs that only
-    # keep a close case from failing a match (a product within its factors' reach), verdict.py's divergence on
+    # keep a close case from failing a match (a product within its factors' reach), the verdict's divergence on
     # the spot and the loose entry it read, as they would have been without the sign; None: the amplifier.
     reported_as: tuple[Any, Any] | None = None
 
@@ -82,7 +82,7 @@ def amplifies(record_a: TraceRecord, record_b: TraceRecord, passed: Iterable[tup
 
 # Matrix products (A's op, without overload) and their two factors' argument names.
 _PRODUCTS = {"aten::mm": ("self", "mat2"), "aten::bmm": ("self", "mat2")}
-# A difference under this many times what the tolerance allows is "barely beyond" it (verdict.py's notes use it
+# A difference under this many times what the tolerance allows is "barely beyond" it (the verdict's notes use it
 # too). Only such outputs are judged by the bound below: a planted or real fault is far beyond the tolerance (a
 # 1% error, 100 times float32's rtol).
 BARELY_BEYOND = 2.0
@@ -92,7 +92,7 @@ def within_a_products_reach(record_a: TraceRecord, passed: Iterable[tuple[Tensor
                             worst: TensorDiff) -> str | None:
     """Why a matrix product's output difference, barely beyond the tolerance, may come from its factors'
     differences within it, or None. Such a product is not blamed unless its difference reaches a compiled
-    region's output beyond the tolerance; then it is reported as it would have been on the spot (verdict.py),
+    region's output beyond the tolerance; then it is reported as it would have been on the spot (verdict/pair_rules.py),
     where the walk back may still name the op that made its factors' difference.
 
     At first order ||d(AB)|| <= ||dA|| ||B|| + ||A|| ||dB|| in Frobenius

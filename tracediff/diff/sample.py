@@ -1,6 +1,6 @@
 """A bounded sample of an alignment, for the visual report (report/html.py).
 
-Pass 2 of a diff (verdict.py) tells an `AlignmentSample` about every row of
+Pass 2 of a diff (diff/verdict/walk.py) tells an `AlignmentSample` about every row of
 the alignment as it walks the traces: a pair of records with the relative
 difference of their outputs, or a record that is only in A or only in B.
 The diff of a million-op run must stay bounded in memory, so the sample
