@@ -31,9 +31,10 @@ demo: setup
 	    --backends eager,wrong_decomposition:wrong_cos_backend --out-dir ../.tracediff/demo; \
 	    status=$$?; echo "tracediff exit code: $$status (1 = divergence found, as expected)"; test $$status -eq 1
 
-# One pytest worker per core, a test file per worker (module-scoped compiled runs stay shared); the slowest
-# tests are listed at the end (the suite should stay well under 20 minutes on 2 cores).
-PYTEST        := $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
+# One pytest worker per core, a test file per worker (module-scoped compiled runs stay shared), the longest
+# files first (tests/conftest.py's LONGEST_FIRST; --no-loadscope-reorder keeps that order instead of xdist's
+# most-tests-first); the slowest tests are listed at the end (the suite should stay under 12 minutes on 2 cores).
+PYTEST        := $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 test: setup
 	$(PYTEST)

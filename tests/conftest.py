@@ -19,6 +19,12 @@ from tracediff.cli import cli
 # script side by side took 78 s of CPU instead of 24 s. Passive waiting (idle threads sleep) changes no
 # thread count, kernel or result. Set here, before any test module imports torch; children inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Inductor checks each vector ISA the CPU reports by compiling and loading a small library in a subprocess:
+# six `python -c` loads (~1 s of CPU) in every process that compiles, and six compiles (~15 s) in every fresh
+# cache directory (each `tracediff fix` and `bisect` run has its own). Taking the CPU's word picks the same ISA
+# where the compiler works; where it does not, kernels fail to build and the tests fail loudly.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # `tracediff run` without the same-input judge: the verdict of the traces' own rules (alignment, kernels,
@@ -66,6 +72,18 @@ def invoke(*args: str) -> Result:
     return Result(result.exit_code, result.stdout, result.stderr)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_inductor_cache() -> None:
+    """Every process of the session compiles into one inductor cache, torch's default one. Left unset, the
+    first inductor import in a process sets it from tempfile's directory, which tests/test_bisect.py points
+    at a folder of one test's own: every later run of that pytest worker then compiled from a cold cache.
+    (A fixture, not module code: the lookup imports torch, which the xdist controller never needs.)"""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+
+
 @pytest.fixture(scope="session")
 def run_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Result]:
     cache: dict[tuple[str, ...], Result] = {}
@@ -79,3 +97,29 @@ def run_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Resul
         return cache[key]
 
     return run
+
+
+# The test files that take longest, longest first (measured on 2 cores). `--dist loadfile` hands whole files to
+# the workers in collection order: started first, the long ones leave short files for the end, where they
+# fill the gaps, instead of one long file running on alone after the other worker has finished. The order only
+# steers the schedule (the Makefile passes --no-loadscope-reorder, which keeps it); a stale list slows the run,
+# nothing else.
+LONGEST_FIRST = (
+    "test_clean_scripts_inductor.py",
+    "test_tracker_bugs.py",
+    "test_same_inputs_runs.py",
+    "test_clean_scripts_aot_eager.py",
+    "test_narrow.py",
+    "test_distributed_diff.py",
+    "test_cli.py",
+    "test_bisect.py",
+    "test_kernels.py",
+    "test_repro.py",
+    "test_fix.py",
+    "test_fix_inductor.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept

@@ -1,5 +1,5 @@
 """`tracediff run` judges each compiled call on its own inputs: faults named with their call, op and line;
-healthy training runs (fixtures/clean/, test_clean_scripts.py) match.
+healthy training runs (fixtures/clean/, tests/clean_scripts.py) match.
 
 Each fixture is a user's script with a fault planted in the compiler (an inductor pass): in a compiled
 backward, in a compiled optimizer step, in a graph compiled late (a new batch size at step 4).

@@ -5,6 +5,9 @@ DataLoader with workers, gradient accumulation, autocast, checkpointing, an
 LSTM, ...), correct by construction. Under `aot_eager` and `inductor` every one
 must come back `match`, exit 0, with the JSON report; anything else is a
 tracediff bug (fixtures/clean/README.md).
+
+The checks of each backend are a test file of their own (test_clean_scripts_<backend>.py): each is minutes of
+recordings, and pytest-xdist's `--dist loadfile` gives a file to one worker, so the two backends run side by side.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ SCRIPTS = sorted(path.name for path in CLEAN.glob("*.py"))
 KNOWN_FALSE_ALARMS: dict[tuple[str, str], str] = {}
 
 
-def _params(backend: str) -> list:
+def params(backend: str) -> list:
     return [pytest.param(script, marks=pytest.mark.xfail(reason=KNOWN_FALSE_ALARMS[script, backend], strict=True))
             if (script, backend) in KNOWN_FALSE_ALARMS else script for script in SCRIPTS]
 
@@ -48,46 +51,37 @@ def _run(script: str, backend: str, out_dir: Path) -> subprocess.CompletedProces
         capture_output=True, text=True, cwd=CLEAN, timeout=900)
 
 
-@pytest.fixture(scope="module")
-def checked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Any]:
-    """`checked(script, backend)`: that run's result; the first call runs every selected script of the backend."""
-    done: dict[tuple[str, str], subprocess.CompletedProcess] = {}
+def batched_checks(backend: str, test: str) -> Callable[..., Callable[[str], subprocess.CompletedProcess]]:
+    """A module-scoped fixture for a test module whose test `test` is parametrized by `script`: `checked(script)`
+    is that run's result under `backend`; the first call runs every selected script of the module at once."""
 
-    def selected(backend: str) -> list[str]:
-        test = f"test_matches_under_{backend}"
-        return [item.callspec.params["script"] for item in request.session.items
-                if item.module is request.module and item.originalname == test]
+    @pytest.fixture(scope="module")
+    def checked(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], subprocess.CompletedProcess]:
+        done: dict[str, subprocess.CompletedProcess] = {}
 
-    def check(script: str, backend: str) -> subprocess.CompletedProcess:
-        if (script, backend) not in done:
-            scripts = selected(backend) or [script]
-            with ThreadPoolExecutor(_WORKERS) as pool:
-                runs = pool.map(lambda s: _run(s, backend, tmp_path_factory.mktemp(f"{backend}-{s[:-3]}")), scripts)
-                done.update(((s, backend), r) for s, r in zip(scripts, runs))
-        return done[script, backend]
+        def selected() -> list[str]:
+            return [item.callspec.params["script"] for item in request.session.items
+                    if item.module is request.module and item.originalname == test]
 
-    return check
+        def check(script: str) -> subprocess.CompletedProcess:
+            if script not in done:
+                scripts = selected() or [script]
+                with ThreadPoolExecutor(_WORKERS) as pool:
+                    runs = pool.map(lambda s: _run(s, backend, tmp_path_factory.mktemp(f"{backend}-{s[:-3]}")),
+                                    scripts)
+                    done.update(zip(scripts, runs))
+            return done[script]
+
+        return check
+
+    return checked
 
 
-def _assert_matches(result: subprocess.CompletedProcess) -> None:
+def assert_matches(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report: dict[str, Any] = json.loads(result.stdout)
     assert report["verdict"] == "match", report.get("first_divergence")
     assert report["exit_code"] == 0
     assert report["compiled"] is True  # the script reached torch.compile: not two identical eager runs
     assert all(Path(trace).is_file() for trace in report["traces"])
-
-
-def test_the_set_is_there() -> None:
-    assert len(SCRIPTS) >= 12, SCRIPTS
-
-
-@pytest.mark.parametrize("script", _params("aot_eager"))
-def test_matches_under_aot_eager(script: str, checked) -> None:
-    _assert_matches(checked(script, "aot_eager"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("script", _params("inductor"))
-def test_matches_under_inductor(script: str, checked) -> None:
-    _assert_matches(checked(script, "inductor"))
