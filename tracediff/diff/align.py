@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 
 from tracediff.diff.sequence import align_sequences
-from tracediff.diff.skeleton import Skeleton
+from tracediff.diff.skeleton import IN_MEMORY_RECORDS, Skeleton
 
 Pairs = list[tuple[int, int]]
 
@@ -133,6 +133,51 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
             value_pairs, (partner, tier) = without, trial
     _unpair_reordered(partner, tier, a, b)
     return partner, tier
+
+
+def align_in_windows(a: Skeleton, b: Skeleton, window: int | None = None) -> tuple[array, bytearray]:
+    """`align`, a window of `window` records of each trace at a time (default: skeleton.py's IN_MEMORY_RECORDS),
+    for traces too long to align in one piece: memory holds the keys of two windows, not of two traces.
+    Traces both within one window align in one piece.
+
+    Each window starts just after the last pair kept from the one before. Of a window's pairs, those up to the
+    last one by value or op before its margin (the last quarter of the window, on a side where more follows)
+    are kept: the next window aligns the margin again with what follows, where a gap cut by the window's end
+    would pair otherwise. A window without such a pair (the runs computed nothing alike there) leaves its
+    records unpaired but for the margin.
+    """
+    window = window or IN_MEMORY_RECORDS
+    if len(a) <= window and len(b) <= window:
+        return align(a, b) if a.spilled is None and b.spilled is None else align(a.window(0, len(a)), b.window(0, len(b)))
+    partner = array("q", [-1]) * len(a)
+    tier = bytearray(len(a))
+    margin = window // 4
+    a0 = b0 = 0
+    while a0 < len(a) and b0 < len(b):
+        a1, b1 = min(a0 + window, len(a)), min(b0 + window, len(b))
+        part, part_tier = align(a.window(a0, a1), b.window(b0, b1))
+        last = a1 == len(a) and b1 == len(b)
+        # No margin at a trace's end: nothing follows there to pair with.
+        keep = len(part) if last else _kept(part, part_tier, len(part) - (margin if a1 < len(a) else 0),
+                                            b1 - b0 - (margin if b1 < len(b) else 0))
+        for i in range(keep):
+            if part[i] >= 0:
+                partner[a0 + i], tier[a0 + i] = b0 + part[i], part_tier[i]
+        if last:
+            break
+        if keep:
+            a0, b0 = a0 + keep, b0 + part[keep - 1] + 1
+        else:
+            a0, b0 = a0 + window - margin, b0 + window - margin
+    return partner, tier
+
+
+def _kept(part: array, part_tier: bytearray, end_a: int, end_b: int) -> int:
+    """How many of a window's records of A keep their pairs: up to the last pair by value or op before both ends."""
+    for i in range(min(end_a, len(part)) - 1, -1, -1):
+        if 0 <= part[i] < end_b and part_tier[i] in (VALUE_TIER, OP_TIER):
+            return i + 1
+    return 0
 
 
 def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:

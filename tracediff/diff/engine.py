@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import concurrent.futures
+import multiprocessing
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
-from tracediff.diff.align import align
+from tracediff.diff.align import align_in_windows
 from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.skeleton import Skeleton, build_skeleton
@@ -24,14 +26,18 @@ _HEADER_NOISE = ("started", "t", "judged", "scope")
 _PARALLEL_BYTES = 64 * 2**20
 
 
-def build_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, Skeleton]:
-    """Pass 1 over both files; two large files are read in two processes at once."""
+def build_skeletons(path_a: str | Path, path_b: str | Path, spill: Path | None = None) -> tuple[Skeleton, Skeleton]:
+    """Pass 1 over both files; two large files are read in two processes at once. With `spill`, a folder:
+    the keys of long traces go to files there (skeleton.py)."""
+    spill_a, spill_b = (spill / "a", spill / "b") if spill is not None else (None, None)
     sizes = [Path(p).stat().st_size if Path(p).is_file() else 0 for p in (path_a, path_b)]
-    if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
-        return build_skeleton(path_a), build_skeleton(path_b)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1) as pool:
-        future_b = pool.submit(build_skeleton, path_b)
-        a = build_skeleton(path_a)
+    if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return build_skeleton(path_a, spill_a), build_skeleton(path_b, spill_b)
+    # Forked, not spawned: the keys hash strings, and a fresh interpreter hashes them with another secret.
+    fork = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=fork) as pool:
+        future_b = pool.submit(build_skeleton, path_b, spill_b)
+        a = build_skeleton(path_a, spill_a)
         return a, future_b.result()
 
 
@@ -43,8 +49,9 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
     noise_trace: a float64 re-run of A (`record --float64`); differences are
     then judged against each tensor's measured noise too (diff/noise.py).
     """
-    a, b = build_skeletons(path_a, path_b)
-    partner, tier = align(a, b)
+    with tempfile.TemporaryDirectory(prefix="tracediff-keys-") as spill:
+        a, b = build_skeletons(path_a, path_b, Path(spill))
+        partner, tier = align_in_windows(a, b)
     noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
     return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
 

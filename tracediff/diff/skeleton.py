@@ -1,16 +1,20 @@
 """Pass 1 of a diff: reduce a trace to integer keys for alignment.
 
 Only a few machine words per record stay in memory, so traces of millions of
-ops align without holding their records. Pass 2 (verdict) re-reads the files
-in the same order, using `alignable` to skip the same records.
+ops align without holding their records. Past `IN_MEMORY_RECORDS` records the
+keys go to files in a spill folder, and the alignment reads them a window at a
+time (align.py's `align_in_windows`): tens of millions of records diff in
+bounded memory. Pass 2 (verdict) re-reads the files in the same order, using
+`alignable` to skip the same records.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tracediff.diff.nan_origin import NanOrigin
 from tracediff.diff.place import makes_nonfinite
@@ -124,9 +128,23 @@ def keys_of(record: TraceRecord) -> tuple[int, int, int | None, int | None, int]
     return primary, hash(("sig", signature)), value, fine, _named_key(record, signature)
 
 
+# Alignable records whose keys stay in memory; past them a skeleton built with a spill folder writes its
+# keys to files (67 bytes a record: 10M records of two traces would take 1.3 GB). One window of the
+# alignment holds this many records of each trace, so traces this short align in one piece, as they always have.
+IN_MEMORY_RECORDS = 1_000_000
+# Records appended to the spill files at a time.
+_SPILL_CHUNK = 1 << 16
+# The key columns: what the alignment reads (a window at a time, where spilled).
+KEY_COLUMNS = ("primary", "signature", "value", "fine_value", "named", "coarse", "coarse_shifted", "has_value",
+               "source", "backward")
+
+
 @dataclass
 class Skeleton:
-    """Integer keys of a trace's alignable records, in order, plus its header/footer."""
+    """Integer keys of a trace's alignable records, in order, plus its header/footer.
+
+    The key columns (KEY_COLUMNS) hold every record, or, once `spilled`, none: they are then in files of
+    that folder (`window` reads them). `is_region` always holds every record (the verdict counts them)."""
 
     path: Path
     header: Header
@@ -150,9 +168,41 @@ class Skeleton:
     ops: int = 0
     nan_origin: NanOrigin | None = None  # first op or kernel making NaN/Inf from finite inputs
     checks: list[CheckRecord] = field(default_factory=list)  # compiled calls judged on their inputs (record/judging/)
+    spilled: Path | None = None  # the folder of the key columns' files, once they went to disk
+    length: int = 0  # alignable records
 
     def __len__(self) -> int:
-        return len(self.primary)
+        return self.length
+
+    def window(self, lo: int, hi: int) -> Skeleton:
+        """Records [lo, hi) as a skeleton of their own, its key columns in memory (read from the spill files)."""
+        hi = min(hi, self.length)
+        columns: dict[str, Any] = {name: self._column(name, lo, hi) for name in KEY_COLUMNS}
+        return replace(self, **columns, is_region=self.is_region[lo:hi], spilled=None, length=hi - lo)
+
+    def _column(self, name: str, lo: int, hi: int) -> array | bytearray:
+        column = getattr(self, name)
+        if self.spilled is None:
+            return column[lo:hi]
+        size = 1 if isinstance(column, bytearray) else column.itemsize
+        with open(self.spilled / name, "rb") as f:
+            f.seek(lo * size)
+            data = f.read((hi - lo) * size)
+        if isinstance(column, bytearray):
+            return bytearray(data)
+        loaded = array(column.typecode)
+        loaded.frombytes(data)
+        return loaded
+
+    def spill_to(self, folder: Path) -> None:
+        """Append the key columns in memory to their files in `folder`, and empty them."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in KEY_COLUMNS:
+            column = getattr(self, name)
+            with open(folder / name, "ab") as f:
+                f.write(column.tobytes() if isinstance(column, array) else bytes(column))
+            del column[:]
+        self.spilled = folder
 
 
 # Bins per decade of a coarse key: 2300 make a bin about 0.1% wide.
@@ -189,7 +239,9 @@ class _CollectiveKeys:
         return hash(("collective", kind, self._seen[kind]))
 
 
-def build_skeleton(path: str | Path) -> Skeleton:
+def build_skeleton(path: str | Path, spill: Path | None = None) -> Skeleton:
+    """Pass 1 over one trace. With `spill`, a folder of its own: past IN_MEMORY_RECORDS alignable records,
+    the key columns go to files there (see `Skeleton.window`)."""
     trace = Trace(path)
     skeleton = Skeleton(Path(path), trace.header)
     collectives = _CollectiveKeys()
@@ -203,25 +255,28 @@ def build_skeleton(path: str | Path) -> Skeleton:
         if not alignable(record):
             continue
         skeleton.is_region.append(record["t"] == REGION)
-        skeleton.backward.append(bool(record.get("bw")))
         primary, signature, value, fine, named = keys_of(record)
         if record["t"] == OP and is_collective(record["op"]):
             value = fine = collectives.key(record)
+        coarse, shifted = coarse_keys(record)
+        src = record.get("src")
         skeleton.primary.append(primary)
         skeleton.signature.append(signature)
         skeleton.value.append(value if value is not None else 0)
         skeleton.fine_value.append(fine if fine is not None else 0)
         skeleton.has_value.append(value is not None)
         skeleton.named.append(named)
-        coarse, shifted = coarse_keys(record)
         skeleton.coarse.append(coarse)
         skeleton.coarse_shifted.append(shifted)
-        src = record.get("src")
         skeleton.source.append(hash(src) if src else 0)
+        skeleton.backward.append(bool(record.get("bw")))
+        skeleton.length += 1
         skeleton.op_lines.add(op_line_key(record))
+        if spill is not None and len(skeleton.primary) >= (_SPILL_CHUNK if skeleton.spilled else IN_MEMORY_RECORDS):
+            skeleton.spill_to(spill)
+    if skeleton.spilled is not None:
+        skeleton.spill_to(skeleton.spilled)
     skeleton.footer = trace.footer
     skeleton.checks = trace.checks
     skeleton.truncated = trace.truncated
     return skeleton
-
-

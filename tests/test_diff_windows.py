@@ -1,0 +1,90 @@
+"""Long traces diff in bounded memory: skeleton keys spilled to files, the alignment a window at a time.
+
+The pair is bench/synth.py's (the diff-scale benchmark's traces, at 12,000 records): a training step of
+a 12-layer model repeated, with scattered insertions and deletions and one planted value divergence.
+The windows and the in-memory limit are shrunk so that a small pair crosses several of them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import tracediff.diff.skeleton as skeleton_module
+from tracediff.config import Config
+from tracediff.diff.align import OP_TIER, VALUE_TIER, align, align_in_windows
+from tracediff.diff.engine import diff_traces
+from tracediff.diff.skeleton import KEY_COLUMNS, build_skeleton
+
+BENCH_SYNTH = Path(__file__).resolve().parents[1] / "bench" / "synth.py"
+RECORDS = 12_000
+
+
+def _bench_synth() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_synth", BENCH_SYNTH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    folder = tmp_path_factory.mktemp("synth")
+    meta = _bench_synth().generate(folder, RECORDS, edits=30)
+    return folder / "a.jsonl", folder / "b.jsonl", meta
+
+
+def test_spilled_keys_read_back_as_the_keys_kept_in_memory(pair: tuple[Path, Path, dict], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    a, _, _ = pair
+    in_memory = build_skeleton(a)
+    monkeypatch.setattr(skeleton_module, "IN_MEMORY_RECORDS", 3_000)
+    monkeypatch.setattr(skeleton_module, "_SPILL_CHUNK", 777)
+    spilled = build_skeleton(a, tmp_path / "keys")
+    assert spilled.spilled == tmp_path / "keys" and in_memory.spilled is None
+    assert len(spilled) == len(in_memory) > 10_000
+    assert all(len(getattr(spilled, name)) == 0 for name in KEY_COLUMNS)  # none left in memory
+    for lo, hi in ((0, 100), (2_990, 3_800), (len(in_memory) - 50, len(in_memory) + 10)):
+        read, kept = spilled.window(lo, hi), in_memory.window(lo, hi)
+        for name in KEY_COLUMNS:
+            assert getattr(read, name) == getattr(kept, name), (name, lo, hi)
+        assert read.is_region == in_memory.is_region[lo:hi] and len(read) == min(hi, len(in_memory)) - lo
+
+
+def test_windows_pair_almost_every_record_as_one_piece_does(pair: tuple[Path, Path, dict]) -> None:
+    a_path, b_path, _ = pair
+    a, b = build_skeleton(a_path), build_skeleton(b_path)
+    whole, whole_tier = align(a, b)
+    windowed, windowed_tier = align_in_windows(a, b, window=2_500)
+    assert len(windowed) == len(whole)
+    pairs = {(i, j) for i, j in enumerate(whole) if j >= 0 and whole_tier[i] in (VALUE_TIER, OP_TIER)}
+    windowed_pairs = {(i, j) for i, j in enumerate(windowed) if j >= 0}
+    assert len(pairs - windowed_pairs) <= 0.001 * len(pairs), sorted(pairs - windowed_pairs)[:10]
+    assert all(later > earlier for earlier, later in zip(
+        [j for j in windowed if j >= 0], [j for j in windowed if j >= 0][1:])), "pairs must stay monotone"
+    assert windowed_tier != bytearray(len(windowed))
+
+
+def test_a_long_diff_finds_the_planted_record_through_spilled_keys_and_windows(
+        pair: tuple[Path, Path, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, meta = pair
+    one_piece = diff_traces(a, b, Config())
+    monkeypatch.setattr(skeleton_module, "IN_MEMORY_RECORDS", 3_000)
+    monkeypatch.setattr("tracediff.diff.align.IN_MEMORY_RECORDS", 3_000)
+    windowed = diff_traces(a, b, Config())
+    for result in (one_piece, windowed):
+        assert result.first is not None
+        assert (result.first.a.index, result.first.a.op) == (meta["planted"]["index_a"], meta["planted"]["op"])
+    assert windowed.first is not None and one_piece.first is not None
+    found, expected = windowed.first, one_piece.first
+    assert (found.rule, found.kind, found.inputs_agree, found.rel_diff) == (
+        expected.rule, expected.kind, expected.inputs_agree, expected.rel_diff)
+
+
+def test_traces_of_one_window_align_as_they_always_have(pair: tuple[Path, Path, dict]) -> None:
+    a, b = build_skeleton(pair[0]), build_skeleton(pair[1])
+    assert align_in_windows(a, b) == align(a, b)
