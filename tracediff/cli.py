@@ -197,14 +197,15 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
     """Run SCRIPT under the recorder and write one trace.
 
     Options go before --, the script's own arguments after it. Inside a rank
-    that torchrun or srun started (RANK and WORLD_SIZE set), each rank writes
-    its own trace, its global rank in the name, without launching anything.
+    another launcher started (torchrun, or srun with RANK and WORLD_SIZE set
+    from SLURM_PROCID and SLURM_NTASKS), each rank writes its own trace, its
+    global rank in the name, without launching anything.
 
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
       tracediff record ddp_train.py --nproc-per-node 2 -o run.jsonl   # run.rank0.jsonl, run.rank1.jsonl
-      srun -N2 --ntasks-per-node 2 tracediff record ddp_train.py -o run.jsonl   # MASTER_ADDR/PORT set
+      torchrun --nproc-per-node 2 -m tracediff.cli record ddp_train.py -o run.jsonl   # the same two traces
     \b
     Two nodes (on each, its --node-rank; the traces are named by global rank):
       tracediff record ddp_train.py --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
