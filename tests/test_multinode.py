@@ -301,3 +301,34 @@ def test_a_node_knows_its_ranks_from_their_notes(tmp_path: Path) -> None:
     assert (found.ranks, found.traces[1], found.unknown_locals) == ((2, 3), tmp_path / "t.rank3.jsonl", ())
     found = node_ranks(read_notes(tmp_path), c10d, tmp_path / "t.jsonl")
     assert (found.ranks, found.unknown_locals) == ((2,), (1,))
+
+
+def test_one_nodes_replicas_are_compared_with_its_lowest_rank(tmp_path: Path) -> None:
+    """Ranks 2 and 3 of 4 (one node's): a drift is between global ranks 2 and 3, never 'rank 0'."""
+    from tests.test_distributed_diff import _program, _trace
+    from tracediff.config import load_config
+    from tracediff.diff.replicas import check_replicas
+
+    for rank, nudge in ((2, False), (3, True)):
+        _trace(tmp_path / f"t.rank{rank}.jsonl", rank, _program(rank, "rank", nudge=nudge))
+    check = check_replicas([tmp_path / "t.rank2.jsonl", tmp_path / "t.rank3.jsonl"], load_config(None), ranks=(2, 3))
+    drift = check.first
+    assert drift is not None and (drift.base, drift.rank, drift.on_rank) == (2, 3, 3)
+    assert "only rank 3 ran it" in drift.why and check.to_json()["ranks"] == [2, 3]
+    assert check.to_json()["drifts"][0]["ranks"] == [2, 3]
+
+
+def test_a_rank_of_this_node_that_raised_is_named_by_its_global_rank(tmp_path: Path) -> None:
+    from tracediff.launch.launcher import NodeRanks, _ranks_result
+
+    for rank, error in ((2, None), (3, {"type": "RuntimeError", "message": "rank 3 fails"})):
+        footer = {"t": "footer", "complete": True, "records": 0, "ended": 1.0, "error": error}
+        header = {"t": "header", "schema": 2, "rank": rank, "world_size": 4, "backend": "eager"}
+        (tmp_path / f"t.rank{rank}.jsonl").write_text(f"{json.dumps(header)}\n{json.dumps(footer)}\n")
+    (tmp_path / "t.node1.log").write_text("")
+    node = NodeRanks((2, 3), (tmp_path / "t.rank2.jsonl", tmp_path / "t.rank3.jsonl"), 4)
+    result = _ranks_result("eager", tmp_path / "t.jsonl", tmp_path / "t.node1.log", 1, False, 1.0, node)
+    assert result.failed_rank == 3 and result.rank_trace(3) == tmp_path / "t.rank3.jsonl"
+    failure = result.failure() or ""
+    assert "rank 3: the script raised RuntimeError: rank 3 fails" in failure, failure
+    assert "rank 2: 0 records, finished" in failure and "rank 3: 0 records, raised" in failure
