@@ -332,3 +332,26 @@ def test_a_rank_of_this_node_that_raised_is_named_by_its_global_rank(tmp_path: P
     failure = result.failure() or ""
     assert "rank 3: the script raised RuntimeError: rank 3 fails" in failure, failure
     assert "rank 2: 0 records, finished" in failure and "rank 3: 0 records, raised" in failure
+
+
+def test_a_node_given_other_ranks_for_a_and_b_says_what_to_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """c10d may number the nodes differently for the two launches of `run` (on one host: by pid)."""
+    from tracediff.config import load_config
+    from tracediff.errors import UserError
+    from tracediff.outcome import RunResult
+    from tracediff.outputs import RunDir
+    from tracediff.run import recording
+    from tracediff.run.ranks import run_ranks
+
+    def recorded(backend: str, rank: int) -> RunResult:
+        trace = tmp_path / f"{'a' if backend == 'eager' else 'b'}-{backend}.jsonl"
+        return RunResult(backend, trace, tmp_path / "x.log", 0, False, 1.0,
+                         rank_traces=(tmp_path / f"{trace.stem}.rank{rank}.jsonl",), ranks=(rank,), world_size=2)
+
+    runs = iter([recorded("eager", 1), recorded("aot_eager", 0)])
+    monkeypatch.setattr(recording, "record_run", lambda *args, **kwargs: next(runs))
+    nodes = nodes_of("2", 0, "localhost:1", "c10d", None)
+    with pytest.raises(UserError, match=r"ran rank\(s\) 1 under eager and 0 under aot_eager") as raised:
+        run_ranks(Path(SCRIPT), [], ["eager", "aot_eager"], load_config(None), RunDir(tmp_path), 1, print,
+                  nodes=nodes)
+    assert f"tracediff diff {tmp_path / 'a-eager.jsonl'} {tmp_path / 'b-aot_eager.jsonl'}" in str(raised.value)
