@@ -30,6 +30,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-rank", action="store_true",
                         help="under torch's launcher: write --out with the rank in its name (t.rank1.jsonl)")
+    parser.add_argument("--rank-notes", metavar="DIR", default=None,
+                        help="under torch's launcher: note this rank's global rank and trace in DIR, for the "
+                             "launching tracediff (launch/rank_notes.py)")
     parser.add_argument("--recording", required=True, metavar="JSON",
                         help="how to record, as the launcher serialized it (launch/recording.py's `Recording`)")
     parser.add_argument("script")
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
         upcast = Float64Upcast()  # entered before the recorder, so the recorder sees the program's ops
     session = RecordingSession(
-        rank_path(Path(options.out)) if options.per_rank else options.out,
+        _trace_path(options),
         backend=backend,
         seed=recording.seed,
         exact=recording.exact,
@@ -114,6 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             applier.report_unmade()
         sys.stdout.flush()
     return status.code
+
+
+def _trace_path(options: argparse.Namespace) -> Path:
+    """The trace to write: --out, with the rank in its name under torch's launcher (--per-rank), which
+    this rank notes for the launching tracediff (--rank-notes)."""
+    out = rank_path(Path(options.out)) if options.per_rank else Path(options.out)
+    if options.rank_notes is not None:
+        from tracediff.launch.rank_notes import write_note
+
+        write_note(Path(options.rank_notes), out)
+    return out
 
 
 def _scope_and_policy(recording: Recording) -> tuple[Any, Any]:

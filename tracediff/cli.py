@@ -59,6 +59,25 @@ def _report_file_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _node_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """A job on several nodes: torch.distributed.run's own options, passed on to it on each node."""
+    for option in reversed([
+        click.option("--nnodes", default=None, metavar="N|MIN:MAX",
+                     help="nodes of the job: each node runs this same command with its --node-rank, and records "
+                          "its own ranks (traces named by global rank); needs --rdzv-endpoint"),
+        click.option("--node-rank", type=click.IntRange(min=0), default=None,
+                     help="this node's number, 0 to N-1 (e.g. $SLURM_NODEID); with --nnodes"),
+        click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                     help="where the nodes meet: a host:port every node reaches (e.g. the first node's)"),
+        click.option("--rdzv-backend", default=None,
+                     help="torchrun's rendezvous: static (its default; node N runs ranks N*nproc...) or c10d "
+                          "(a range of nodes; it numbers the nodes itself)"),
+        click.option("--rdzv-id", default=None, help="a name of the job, the same on every node [default: none]"),
+    ]):
+        f = option(f)
+    return f
+
+
 def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
@@ -170,27 +189,46 @@ def cli() -> None:
               help="tracediff.yaml whose seed, exact, fallback_random and timeout apply [default: ./tracediff.yaml]")
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="processes to launch with torch's elastic launcher (torchrun); each writes its rank's trace")
+@_node_options
 def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int | None,
-           exact: bool | None, timeout: float | None, float64: bool, config_path: str | None, nproc: int) -> None:
+           exact: bool | None, timeout: float | None, float64: bool, config_path: str | None, nproc: int,
+           nnodes: str | None, node_rank: int | None, rdzv_endpoint: str | None, rdzv_backend: str | None,
+           rdzv_id: str | None) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
-    Options go before --, the script's own arguments after it.
+    Options go before --, the script's own arguments after it. Inside a rank
+    another launcher started (torchrun, or srun with RANK and WORLD_SIZE set
+    from SLURM_PROCID and SLURM_NTASKS), each rank writes its own trace, its
+    global rank in the name, without launching anything.
 
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
       tracediff record ddp_train.py --nproc-per-node 2 -o run.jsonl   # run.rank0.jsonl, run.rank1.jsonl
+      torchrun --nproc-per-node 2 -m tracediff.cli record ddp_train.py -o run.jsonl   # the same two traces
+    \b
+    Two nodes (on each, its --node-rank; the traces are named by global rank):
+      tracediff record ddp_train.py --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
+          --rdzv-endpoint node0:29400 -o /shared/run.jsonl
+      tracediff diff /shared/golden.jsonl /shared/run.jsonl   # once every node is done
     """
+    from tracediff.launch.nodes import nodes_of
     from tracediff.run.pipeline import record_script
 
+    nodes = nodes_of(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id)
     config = _load_config(config_path, seed=seed, exact=exact, timeout=timeout)
-    result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err, nproc)
+    result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err, nproc,
+                           nodes)
     written = ", ".join(map(str, result.rank_traces or (result.trace,)))
     failure = result.failure()
     if failure:
         _echo_err(f"tracediff: {failure}; the trace up to that point is in {written}")
         sys.exit(ExitCode.USAGE if result.returncode == ExitCode.USAGE else ExitCode.RUN_FAILED)
     _echo_err(f"tracediff: wrote {written}")
+    if nodes is not None:
+        _echo_err(f"tracediff: node {nodes.node_rank} ran rank(s) {', '.join(map(str, result.ranks))} of "
+                  f"{result.world_size}; once every node is done, `tracediff diff` takes the whole job from one "
+                  f"directory holding every node's traces")
 
 
 @cli.command()
@@ -268,14 +306,16 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="launch each backend on N ranks with torch's launcher (torchrun), compare rank by rank, "
                    "and check that replicas stay identical across ranks; one backend: that check alone")
+@_node_options
 @_tolerance_options
 @_FORMAT
 @_report_file_options
 def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
         timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
-        same_inputs: bool | None, light: bool | None, nproc: int, rtol: float | None, atol: float | None,
-        config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str, html_path: str | None,
-        junit_path: str | None) -> None:
+        same_inputs: bool | None, light: bool | None, nproc: int, nnodes: str | None, node_rank: int | None,
+        rdzv_endpoint: str | None, rdzv_backend: str | None, rdzv_id: str | None, rtol: float | None,
+        atol: float | None, config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str,
+        html_path: str | None, junit_path: str | None) -> None:
     """Run SCRIPT under two backends, diff the recordings, report the first divergence.
 
     Options go before --, the script's own arguments after it. Exit 1 on
@@ -289,18 +329,27 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
       tracediff run ddp_train.py --backends eager,inductor --nproc-per-node 2
       tracediff run ddp_train.py --backends inductor --nproc-per-node 2   # do my ranks stay in sync?
       tracediff run train.py --light -- --steps 5000     # a long run: compiled calls judged, no op recorded
+    \b
+    Two nodes (on each, its --node-rank): each records A and B on its own ranks
+    and compares those; `tracediff diff` compares the whole job afterwards:
+      tracediff run ddp_train.py --backends eager,inductor --nnodes 2 --node-rank 0 \\
+          --nproc-per-node 2 --rdzv-endpoint node0:29400 --out-dir /shared/run1
+      tracediff diff /shared/run1/a-eager.jsonl /shared/run1/b-inductor.jsonl
     """
     from tracediff.diff.sample import AlignmentSample
+    from tracediff.launch.nodes import nodes_of
     from tracediff.report.files import check_output_path, write_report_files
     from tracediff.run.entry import is_single_comparison, run_script
 
+    nodes = nodes_of(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id)
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random, same_inputs=same_inputs,
                           light=light)
-    sample = AlignmentSample() if html and nproc == 1 and is_single_comparison(backends, repeat) else None
+    single = nproc == 1 and nodes is None and is_single_comparison(backends, repeat)
+    sample = AlignmentSample() if html and single else None
     outcome = run_script(script, list(script_args), backends, config, out_dir, _echo_err, repeat=repeat,
-                         calibrate=calibrate, narrow_fused=narrow, sample=sample, nproc=nproc)
+                         calibrate=calibrate, narrow_fused=narrow, sample=sample, nproc=nproc, nodes=nodes)
     report = outcome.to_json()  # the renderers read the JSON contract
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     write_report_files(report, sample, html, junit, _echo_err)

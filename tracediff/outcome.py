@@ -33,6 +33,16 @@ class RunResult:
     rank_traces: tuple[Path, ...] = ()
     failed_rank: int | None = None
     rank_progress: tuple[str, ...] = ()
+    # The global rank of each of `rank_traces` (a node of a multi-node job runs some of the job's ranks, not
+    # always 0..n-1), and the job's world size; () and None for a run of one process.
+    ranks: tuple[int, ...] = ()
+    world_size: int | None = None
+
+    def rank_trace(self, rank: int) -> Path:
+        """The trace of global rank `rank`; KeyError if this run did not run it here."""
+        if rank not in self.ranks:
+            raise KeyError(rank)
+        return self.rank_traces[self.ranks.index(rank)]
 
     @property
     def ok(self) -> bool:

@@ -113,7 +113,8 @@ def rank_set(path: Path) -> list[Path] | None:
         path = path.parent
     missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
     if missing:
-        raise UserError(f"{path / (stem + rest)}: the traces of rank(s) {', '.join(map(str, missing))} are missing")
+        raise UserError(f"{path / (stem + rest)}: the traces of rank(s) {', '.join(map(str, missing))} are missing "
+                        "(a job on several nodes: gather every node's traces into one directory)")
     return [ranks[r] for r in sorted(ranks)]
 
 

@@ -68,18 +68,19 @@ def _writers_of_inputs(trace_a: str | Path, index: int) -> list[str]:
     return []
 
 
-def combine(per_rank: Sequence[Outcome], checks: Sequence[ReplicaCheck]) -> Outcome:
+def combine(per_rank: Sequence[Outcome], checks: Sequence[ReplicaCheck], ranks: Sequence[int] = ()) -> Outcome:
     """The distributed comparison as one Outcome: the rank where the difference was made gives the
-    top-level verdict and `first_divergence`; `ranks` holds every rank's, `replicas` each run's check."""
+    top-level verdict and `first_divergence`; `ranks` holds every rank's, `replicas` each run's check.
+    `ranks`: the global rank of each of `per_rank`, where they are not 0, 1, ... (one node's ranks)."""
     verdicts: list[RankVerdict] = []
     order: list[tuple[int, int, int]] = []
     marked: list[Outcome] = []
-    for rank, outcome in enumerate(per_rank):
+    for position, (rank, outcome) in enumerate(zip(ranks or range(len(per_rank)), per_rank)):
         first = outcome.first_divergence
         if first is not None:
             first = replace(first, rank=rank, entered=entered_by(first, outcome.traces[0]))
             index = first.site.index if first.site.index is not None else 0
-            order.append((collectives_before(outcome.traces[0], index), first.entered == "collective", rank))
+            order.append((collectives_before(outcome.traces[0], index), first.entered == "collective", position))
         outcome = replace(outcome, first_divergence=first)
         marked.append(outcome)
         verdicts.append(RankVerdict(rank, outcome.verdict, outcome.traces, first, outcome.notes))
@@ -102,7 +103,7 @@ def combine(per_rank: Sequence[Outcome], checks: Sequence[ReplicaCheck]) -> Outc
         check = next(c for c in checks if c.first is drift)
         top = replace(top, verdict=Verdict.DIVERGED, first_divergence=drift_divergence(drift))
         notes.insert(0, f"the runs agree rank by rank, but within run {check.backend or 'as written'} the replicas "
-                        f"of ranks 0 and {drift.rank} part: {drift.why}")
+                        f"of ranks {drift.base} and {drift.rank} part: {drift.why}")
     return replace(top, ranks=tuple(verdicts), replicas=tuple(c.to_json() for c in checks), notes=tuple(notes))
 
 
@@ -118,7 +119,7 @@ def replica_outcome(check: ReplicaCheck, traces: Sequence[str], base: Outcome) -
     """One run on several ranks checked for drift alone (`tracediff run --backends inductor --nproc-per-node 2`)."""
     drift = check.first
     notes = [f"{check.world_size} ranks, {check.replicated_values} replicated values compared across "
-                        f"ranks: " + ("in sync" if drift is None else f"ranks 0 and {drift.rank} part")]
+                        f"ranks: " + ("in sync" if drift is None else f"ranks {drift.base} and {drift.rank} part")]
     verdict = base.verdict if base.verdict is Verdict.FAILED else Verdict.MATCH if drift is None else Verdict.DIVERGED
     return replace(base, verdict=verdict, traces=tuple(traces),
                    first_divergence=drift_divergence(drift) if drift is not None and verdict is Verdict.DIVERGED else None,

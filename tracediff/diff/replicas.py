@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -54,51 +54,58 @@ _WAIT = "_c10d_functional::wait_tensor"
 
 @dataclass(frozen=True)
 class Drift:
-    """Where the replicas of rank 0 and `rank` first part."""
+    """Where the replicas of rank `base` (rank 0, or the lowest rank of the set) and `rank` first part."""
 
-    rank: int  # the rank compared with rank 0
-    on_rank: int  # whose record `site` is: rank 0's, or `rank`'s for an op only it ran
+    rank: int  # the rank compared with rank `base`
+    on_rank: int  # whose record `site` is: rank `base`'s, or `rank`'s for an op only it ran
     site: Site
     path: str | None
     how: str  # "computed" (replicated inputs agree, outputs do not), "alone" (one rank ran it), "written" (read later)
     why: str
     rel_diff: float | None
     comparison: str
+    base: int = 0  # the global rank every other rank is compared with: the lowest of the set (a node's own)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ranks": [0, self.rank], "on_rank": self.on_rank, **self.site.to_json(), "path": self.path,
+        return {"ranks": [self.base, self.rank], "on_rank": self.on_rank, **self.site.to_json(), "path": self.path,
                 "how": self.how, "why": self.why, "rel_diff": self.rel_diff, "comparison": self.comparison}
 
 
 @dataclass(frozen=True)
 class ReplicaCheck:
-    """The drift check of one run: every rank against rank 0."""
+    """The drift check of one run: every rank against rank 0 (the lowest rank of the set)."""
 
     backend: str | None
-    world_size: int
+    world_size: int  # the ranks compared
     replicated_values: int  # replicated values rank 0 and the other ranks were seen to share
     drifts: tuple[Drift, ...]
+    ranks: tuple[int, ...] = ()  # their global ranks, where not 0..world_size-1 (a node's part of a job)
 
     @property
     def first(self) -> Drift | None:
         return self.drifts[0] if self.drifts else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"backend": self.backend, "world_size": self.world_size, "in_sync": not self.drifts,
-                "replicated_values": self.replicated_values, "drifts": [d.to_json() for d in self.drifts]}
+        values = {"backend": self.backend, "world_size": self.world_size, "in_sync": not self.drifts,
+                  "replicated_values": self.replicated_values, "drifts": [d.to_json() for d in self.drifts]}
+        return {**values, "ranks": list(self.ranks)} if self.ranks else values
 
 
-def check_replicas(rank_traces: list[Path], config: Config, backend: str | None = None) -> ReplicaCheck:
-    """Compare every rank's replicated values with rank 0's; the drifts found, earliest rank first."""
+def check_replicas(rank_traces: list[Path], config: Config, backend: str | None = None,
+                   ranks: Sequence[int] = ()) -> ReplicaCheck:
+    """Compare every rank's replicated values with the first's (rank 0's); the drifts found, earliest rank
+    first. `ranks`: the traces' global ranks, where they are not 0, 1, ... (one node's ranks of a job)."""
+    numbers = tuple(ranks) or tuple(range(len(rank_traces)))
     drifts: list[Drift] = []
     shared = 0
-    for rank, trace in enumerate(rank_traces[1:], start=1):
-        walk = _PairWalk(rank, config)
+    for rank, trace in zip(numbers[1:], rank_traces[1:]):
+        walk = _PairWalk(rank, config, base=numbers[0])
         drift = walk.run(rank_traces[0], trace)
         shared += walk.shared
         if drift is not None:
             drifts.append(drift)
-    return ReplicaCheck(backend, len(rank_traces), shared, tuple(drifts))
+    named = numbers if numbers != tuple(range(len(rank_traces))) else ()
+    return ReplicaCheck(backend, len(rank_traces), shared, tuple(drifts), named)
 
 
 def _is_random(record: TraceRecord) -> bool:
@@ -156,10 +163,11 @@ class _Values:
 
 
 class _PairWalk:
-    """Walks rank 0's trace and rank `rank`'s together, in rank 0's order, to the first drift."""
+    """Walks rank `base`'s trace (rank 0's) and rank `rank`'s together, in the first's order, to the first drift."""
 
-    def __init__(self, rank: int, config: Config) -> None:
+    def __init__(self, rank: int, config: Config, base: int = 0) -> None:
         self.rank = rank
+        self.base = base
         self.config = config
         self.values = (_Values(), _Values())
         self.shared = 0
@@ -255,7 +263,8 @@ class _PairWalk:
             return self._drift(self.rank, made_b, "alone", f"only rank {self.rank} ran it, writing a value every rank "
                                f"holds (read at {record.get('src')} as {tensor.get('a')})", same)
         if made_a is not None and made_a["i"] in self.ran_alone[0]:
-            return self._drift(0, made_a, "alone", "only rank 0 ran it, writing a value every rank holds", same)
+            return self._drift(0, made_a, "alone", f"only rank {self.base} ran it, writing a value every rank holds",
+                               same)
         made = made_a or record
         if is_collective(made.get("op")):
             return self._drift(0, made, "written", "a collective that gives every rank the same result left them "
@@ -287,8 +296,8 @@ class _PairWalk:
     def _drift(self, side: int, record: TraceRecord, how: str, why: str, same: tuple[bool, float, str]) -> Drift:
         site = Site(record.get("op") or record.get("name"), record.get("i"), record.get("src"), record.get("m"),
                     record.get("code"))
-        return Drift(self.rank, self.rank if side else 0, site, record.get("path"), how, why,
-                     same[1] if same[1] != float("inf") else None, same[2])
+        return Drift(self.rank, self.rank if side else self.base, site, record.get("path"), how, why,
+                     same[1] if same[1] != float("inf") else None, same[2], self.base)
 
 
 def _other_outputs(made_a: TraceRecord | None, slot_a: str | None, made_b: TraceRecord | None,

@@ -8,16 +8,21 @@ relayed live (progress) and kept in a log next to its trace.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracediff.errors import ExitCode, Interrupted, UserError
+from tracediff.launch.nodes import Nodes
+from tracediff.launch.rank_notes import RankNote, read_notes
 from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
 from tracediff.outputs import rank_path
@@ -92,64 +97,112 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                          cwd: str | None = None) -> RunResult:
     """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
     backend, timeout = recording.backend, recording.timeout
-    log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
+    log = log_path(trace, recording.nodes)
+    notes = Path(tempfile.mkdtemp(prefix="tracediff-ranks-")) if recording.launched else None
     child = [sys.executable, "-m", "tracediff.child", "--out", str(trace)]
-    ranks: tuple[Path, ...] = ()
-    if recording.nproc > 1:
-        # torch's own launcher, as `torchrun --standalone` (a rendezvous on a free local port): it stops
-        # every rank when one fails. Each child writes the trace of its rank.
-        child = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                 str(recording.nproc), "-m", "tracediff.child", "--per-rank", "--out", str(trace)]
-        ranks = tuple(rank_path(trace, {"RANK": str(r), "WORLD_SIZE": str(recording.nproc)})
-                      for r in range(recording.nproc))
+    if notes is not None:
+        # torch's own launcher: as `torchrun --standalone` (a rendezvous on a free local port) on one host, or
+        # this node's part of a job on several. It stops every rank when one fails. Each child writes the
+        # trace of its rank, and notes which rank it is (a node learns its global ranks only at launch).
+        where = recording.nodes.torchrun_args() if recording.nodes is not None else ["--standalone"]
+        child = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(recording.nproc),
+                 "-m", "tracediff.child", "--per-rank", "--rank-notes", str(notes), "--out", str(trace)]
     command = [*child, "--recording", recording.to_json(), str(script), "--", *script_args]
 
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     start = time.perf_counter()
-    with open(log, "w", encoding="utf-8") as log_file:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
-            text=True, errors="replace",
-        )
-        relay = threading.Thread(target=_relay, args=(process, log_file, echo, backend), daemon=True)
-        relay.start()
-        timed_out = False
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(process, launcher=bool(ranks))
-        except KeyboardInterrupt:
-            _interrupt_group(process, launcher=bool(ranks))
-            partial = f"{trace.with_suffix('')}.rank*{trace.suffix}" if ranks else str(trace)
-            raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {partial}") from None
-        relay.join(timeout=5)
-    failed = process.returncode != 0 or timed_out
-    elapsed = time.perf_counter() - start
-    if ranks:
-        return _ranks_result(backend, trace, log, process.returncode, timed_out, elapsed, ranks)
+    try:
+        with open(log, "w", encoding="utf-8") as log_file:
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                text=True, errors="replace",
+            )
+            relay = threading.Thread(target=_relay, args=(process, log_file, echo, backend), daemon=True)
+            relay.start()
+            timed_out = False
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(process, launcher=notes is not None)
+            except KeyboardInterrupt:
+                _interrupt_group(process, launcher=notes is not None)
+                partial = f"{trace.with_suffix('')}.rank*{trace.suffix}" if notes is not None else str(trace)
+                raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {partial}") from None
+            relay.join(timeout=5)
+        failed = process.returncode != 0 or timed_out
+        elapsed = time.perf_counter() - start
+        if notes is not None:
+            ranks = node_ranks(read_notes(notes), recording, trace)
+            return _ranks_result(backend, trace, log, process.returncode, timed_out, elapsed, ranks)
+    finally:
+        if notes is not None:
+            shutil.rmtree(notes, ignore_errors=True)
     return RunResult(backend, trace, log, process.returncode, timed_out, elapsed,
                      error=_footer_error(trace) if failed else None, output_tail=_output_tail(log) if failed else ())
 
 
+def log_path(trace: Path, nodes: Nodes | None = None) -> Path:
+    """`t.log` beside `t.jsonl` (or `t.jsonl.gz`); `t.node1.log` for node 1 of a job on several nodes, whose
+    output folder the nodes may share."""
+    base = trace.with_suffix("") if trace.suffix == ".gz" else trace
+    return base.with_suffix(f".node{nodes.node_rank}.log" if nodes is not None else ".log")
+
+
+@dataclass(frozen=True)
+class NodeRanks:
+    """The ranks a launch ran on this node: each one's global rank and trace, the job's world size, and the
+    local ranks that left no note and whose global rank is not known (c10d numbers the nodes itself)."""
+
+    ranks: tuple[int, ...]
+    traces: tuple[Path, ...]
+    world_size: int | None
+    unknown_locals: tuple[int, ...] = ()
+
+
+def node_ranks(notes: list[RankNote], recording: Recording, trace: Path) -> NodeRanks:
+    """This node's ranks, from the notes the ranks wrote. A rank that never got to write one (it died at
+    start) is still named where its global rank follows from the launch: 0..nproc-1 on one host, and
+    node_rank * nproc + local rank under the static rendezvous."""
+    found = {note.rank: note.trace for note in notes}
+    noted_locals = {note.local_rank for note in notes}
+    world_size = notes[0].world_size if notes else None
+    nodes, nproc = recording.nodes, recording.nproc
+    base = 0 if nodes is None else nodes.node_rank * nproc if nodes.rdzv_backend == "static" else None
+    unknown: list[int] = []
+    for local in range(nproc):
+        if local in noted_locals:
+            continue
+        if base is None:
+            unknown.append(local)
+            continue
+        world_size = world_size or nproc * (nodes.max_nodes if nodes is not None else 1)
+        found[base + local] = rank_path(trace, {"RANK": str(base + local), "WORLD_SIZE": str(world_size)})
+    ranks = tuple(sorted(found))
+    return NodeRanks(ranks, tuple(found[r] for r in ranks), world_size, tuple(unknown))
+
+
 def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, timed_out: bool, elapsed: float,
-                  ranks: tuple[Path, ...]) -> RunResult:
+                  node: NodeRanks) -> RunResult:
     """A run on several processes. The launcher exits 1 whatever a rank did: a rank whose script raised
     (its footer says what) or whose trace was cut off makes it a failed run of the script. The rank named
     is the one whose script raised first: the others often raise after it, their peer gone."""
+    def result(code: int, **more: Any) -> RunResult:
+        return RunResult(backend, trace, log, code, timed_out, elapsed, rank_traces=node.traces, ranks=node.ranks,
+                         world_size=node.world_size, **more)
+
     if returncode == 0:
-        return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks)
-    footers = [_footer(path) for path in ranks]  # None: cut off, or no trace at all
-    progress = tuple(f"rank {r}: {_progress(path, footer)}" for r, (path, footer) in enumerate(zip(ranks, footers)))
+        return result(returncode)
+    footers = [_footer(path) for path in node.traces]  # None: cut off, or no trace at all
+    progress = tuple(f"rank {r}: {_progress(path, footer)}" for r, path, footer in zip(node.ranks, node.traces, footers))
+    progress += tuple(f"local rank {local}: no trace (it never started)" for local in node.unknown_locals)
     if timed_out:
-        return RunResult(backend, trace, log, returncode, timed_out, elapsed, rank_traces=ranks,
-                         rank_progress=progress)
-    raised = [(footer.get("ended") or 0.0, r, _error_of(footer)) for r, footer in enumerate(footers)
+        return result(returncode, rank_progress=progress)
+    raised = [(footer.get("ended") or 0.0, r, _error_of(footer)) for r, footer in zip(node.ranks, footers)
               if footer is not None and footer.get("error")]
     _, failed_rank, error = min(raised, key=lambda x: (x[0], x[1]), default=(0.0, None, None))
-    return RunResult(backend, trace, log, ExitCode.RUN_FAILED, timed_out, elapsed, error=error,
-                     output_tail=_output_tail(log), rank_traces=ranks, failed_rank=failed_rank,
-                     rank_progress=progress)
+    return result(ExitCode.RUN_FAILED, error=error, output_tail=_output_tail(log), failed_rank=failed_rank,
+                  rank_progress=progress)
 
 
 def _progress(trace: Path, footer: Footer | None) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.config import Config
+from tracediff.launch.nodes import Nodes
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,12 @@ class Recording:
     judge: bool = False  # judge each compiled call on its own inputs against eager and float64 (record/judging/)
     light: bool = False  # record no op, only compiled calls and checks; judge within a time budget (record/scope.py)
     window: str | None = None  # record (and judge) only inside one compiled call, `Net.forward@57`
+    nodes: Nodes | None = None  # this node's part in a job on several nodes (torchrun's --nnodes, rendezvous)
+
+    @property
+    def launched(self) -> bool:
+        """Are the ranks started by torch's launcher (several processes, or a job on several nodes)?"""
+        return self.nproc > 1 or self.nodes is not None
 
     @classmethod
     def of(cls, config: Config, backend: str | None, **changes: Any) -> Recording:
@@ -59,6 +66,8 @@ class Recording:
                 fields[name] = Path(fields[name])
         fields["capture"] = tuple(int(i) for i in fields.get("capture") or ())
         try:
+            if isinstance(fields.get("nodes"), dict):
+                fields["nodes"] = Nodes(**fields["nodes"])
             return cls(**fields)
-        except TypeError as e:  # the backend missing
+        except TypeError as e:  # the backend missing, or nodes of the wrong kind
             raise ValueError(str(e)) from None

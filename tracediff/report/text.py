@@ -88,7 +88,8 @@ def _render_heading(report: dict[str, Any]) -> list[str]:
     one_run = report.get("replicas") is not None and report.get("ranks") is None
     if one_run:  # one distributed run, its ranks compared with each other
         lines.append(f"tracediff: the replicas of {len(report.get('traces', []))} ranks under {title}")
-        lines += [f"  rank {r}: {path}" for r, path in enumerate(report.get("traces", []))]
+        ranks = (report["replicas"][0].get("ranks") if report["replicas"] else None) or range(len(report["traces"]))
+        lines += [f"  rank {r}: {path}" for r, path in zip(ranks, report.get("traces", []))]
     else:
         lines.append(f"tracediff: {title}" + (f", rank by rank ({len(report['ranks'])} ranks)"
                                               if report.get("ranks") else ""))
@@ -163,13 +164,14 @@ def _render_ranks(ranks: list[dict[str, Any]]) -> list[str]:
 
 
 def _render_replicas(checks: list[dict[str, Any]]) -> list[str]:
-    lines = ["", "replicas (values every rank must hold alike, compared with rank 0's):"]
+    base = (checks[0].get("ranks") or [0])[0] if checks else 0  # a node's ranks of a job: its lowest
+    lines = ["", f"replicas (values every rank must hold alike, compared with rank {base}'s):"]
     for check in checks:
         name = check.get("backend") or "as written"
         if check["in_sync"]:
             lines.append(f"  {name}: in sync ({check['replicated_values']} replicated values compared)")
         for drift in check["drifts"]:
-            lines.append(f"  {name}: ranks 0 and {drift['ranks'][1]} part at {drift['op']} ({drift['source']}) "
+            lines.append(f"  {name}: ranks {drift['ranks'][0]} and {drift['ranks'][1]} part at {drift['op']} ({drift['source']}) "
                          f"on rank {drift['on_rank']}: {drift['why']}; {drift['comparison']}")
     return lines
 

@@ -14,6 +14,7 @@ from tracediff.config import Config
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import UserError, interrupt_keeps
 from tracediff.launch.launcher import check_script, record_in_subprocess
+from tracediff.launch.nodes import Nodes
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.outputs import RunDir, check_file, rank_path
@@ -68,19 +69,27 @@ def check_custom_backend_module(spec: str, script: str) -> None:
 
 
 def record_script(script: str, script_args: list[str], backend: str | None, config: Config, output: Path,
-                  float64: bool, echo: Callable[[str], None], nproc: int = 1) -> RunResult:
+                  float64: bool, echo: Callable[[str], None], nproc: int = 1, nodes: Nodes | None = None) -> RunResult:
     """`tracediff record`: one run of the script under the recorder, written to `output`. Each rank of a
-    distributed run writes `output` with its rank in the name: under an outside torchrun, or on `nproc`
-    processes launched here by torch's launcher. On Ctrl-C it raises Interrupted naming the partial trace."""
+    distributed run writes `output` with its global rank in the name: in a rank an outside launcher started
+    (torchrun, srun: RANK and WORLD_SIZE set), or on `nproc` processes launched here by torch's launcher, this
+    node's part of a job on several `nodes` where given. On Ctrl-C it raises Interrupted naming the partial trace."""
     path = check_script(script)
     if backend:
         check_backend(backend, script)
-    if nproc > 1 and rank_path(output) != output:
-        raise UserError("--nproc-per-node launches the ranks itself: run it outside torchrun")
+    if nproc > 1 or nodes is not None:
+        refuse_inside_a_rank("--nnodes" if nodes is not None else "--nproc-per-node")
     output = rank_path(output)
     check_file(str(output), "-o")
-    recording = Recording.of(config, backend, float64=float64, nproc=nproc)
+    recording = Recording.of(config, backend, float64=float64, nproc=nproc, nodes=nodes)
     return record_in_subprocess(path, script_args, recording, output, echo)
+
+
+def refuse_inside_a_rank(option: str) -> None:
+    """`option` launches the ranks with torch's launcher: not from inside a rank another launcher started."""
+    if rank_path(Path("t.jsonl")) != Path("t.jsonl"):
+        raise UserError(f"{option} launches the ranks itself: run it outside torchrun or srun (this process is "
+                        f"rank {os.environ.get('RANK', '0')} of {os.environ.get('WORLD_SIZE')})")
 
 
 def run_and_diff(
@@ -146,10 +155,15 @@ def run_against(reference: RunResult, path: Path, script_args: list[str], backen
     return outcome
 
 
-def write_report(outcome: Outcome, run_dir: RunDir) -> None:
+def write_report(outcome: Outcome, run_dir: RunDir, node: int | None = None) -> None:
+    """report.json and report.txt; `report.node1.json`, ... for node 1 of a job whose nodes share `run_dir`."""
     report = outcome.to_json()
-    run_dir.report_json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    run_dir.report_text.write_text(render_text(report), encoding="utf-8")
+    json_path, text_path = run_dir.report_json, run_dir.report_text
+    if node is not None:
+        json_path = json_path.with_name(f"report.node{node}.json")
+        text_path = text_path.with_name(f"report.node{node}.txt")
+    json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    text_path.write_text(render_text(report), encoding="utf-8")
 
 
 def bisect_script(

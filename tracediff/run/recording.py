@@ -13,18 +13,25 @@ from tracediff.diff.engine import diff_traces
 from tracediff.diff.sample import AlignmentSample
 from tracediff.errors import ExitCode, TraceFormatError, UserError
 from tracediff.launch.launcher import record_in_subprocess
+from tracediff.launch.nodes import Nodes
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
                echo: Callable[[str], None], label: str = "", float64: bool = False, nproc: int = 1,
-               judge: bool = False, light: bool = False, window: str | None = None) -> RunResult:
+               judge: bool = False, light: bool = False, window: str | None = None,
+               nodes: Nodes | None = None) -> RunResult:
     """Record one run of the script (on `nproc` ranks: one trace per rank, `trace` with the rank in its
-    name); a backend that cannot even start is a usage error. `light`: compiled calls only, judged within a
-    time budget; `window`: ops (and judged calls) only inside that compiled call (record/scope.py)."""
-    where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if nproc > 1 else str(trace)
-    on_ranks = f" on {nproc} ranks (torch.distributed.run)" if nproc > 1 else ""
+    name; with `nodes`, this node's part of a job on several); a backend that cannot even start is a usage
+    error. `light`: compiled calls only, judged within a time budget; `window`: ops (and judged calls) only
+    inside that compiled call (record/scope.py)."""
+    launched = nproc > 1 or nodes is not None
+    where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if launched else str(trace)
+    on_ranks = f" on {nproc} ranks (torch.distributed.run)" if launched else ""
+    if nodes is not None:
+        on_ranks = (f" on {nproc} rank{'s' if nproc > 1 else ''} of node {nodes.node_rank} of {nodes.nnodes} "
+                    f"(torch.distributed.run, rendezvous {nodes.rdzv_backend} at {nodes.rdzv_endpoint})")
     judged = " (each compiled call judged on its own inputs)" if judge else ""
     if light:
         judged = " (compiled calls only, judged on their own inputs within a time budget)" if judge else \
@@ -33,7 +40,8 @@ def record_run(path: Path, script_args: list[str], backend: str, trace: Path, co
         judged = f" (only the ops of {window}, its compiled calls judged on their own inputs)" if judge else \
             f" (only the ops of {window})"
     echo(f"tracediff: recording {path} with backend {backend}{label}{on_ranks}{judged} -> {where}")
-    recording = Recording.of(config, backend, float64=float64, nproc=nproc, judge=judge, light=light, window=window)
+    recording = Recording.of(config, backend, float64=float64, nproc=nproc, judge=judge, light=light, window=window,
+                             nodes=nodes)
     result = record_in_subprocess(path, script_args, recording, trace, echo)
     if result.returncode == ExitCode.USAGE:  # e.g. a custom backend that does not import: said once, as the error
         raise UserError(result.failure() or f"backend {backend}: bad usage")
