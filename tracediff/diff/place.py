@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,10 @@ def writes_nonfinite_constant(record: TraceRecord) -> bool:
     return record["t"] == KERNEL and any(op.get("nfs") for op in record.get("fuses") or ())
 
 
+def _interned(text: str | None) -> str | None:
+    return sys.intern(text) if text else text
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
     index: int
@@ -81,7 +86,9 @@ class Place:
             name = f"region {record['ev']} {record['name']} (call {record['call']})"
         else:
             name = record.get("op") or record.get("name") or record["t"]
-        return cls(record["i"], name, record.get("src"), record.get("m"), record.get("code"), record.get("path"))
+        # Interned: the walk keeps hundreds of thousands of places, and a trace has few distinct lines and names.
+        return cls(record["i"], sys.intern(name), _interned(record.get("src")), _interned(record.get("m")),
+                   _interned(record.get("code")), _interned(record.get("path")))
 
     def as_dict(self) -> dict[str, Any]:
         return {"op": self.op, "index": self.index, "source": self.source, "module": self.module, "code": self.code}
