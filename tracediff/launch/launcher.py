@@ -8,6 +8,7 @@ relayed live (progress) and kept in a log next to its trace.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,6 +30,9 @@ INTERRUPT_GRACE_S = 5.0
 # Seconds torch's elastic launcher has, once told to stop (SIGTERM), to stop its ranks: they run in
 # sessions of their own, out of reach of a signal to the launcher's process group.
 LAUNCHER_GRACE_S = 30.0
+# A command each run is started under, its arguments the run's own command line (`nice -n 10`, a profiler; the
+# test suite's fork server client, tests/fork_client.py). It must exit as the run did.
+CHILD_PREFIX_VARIABLE = "TRACEDIFF_CHILD_PREFIX"
 
 
 def _output_tail(log: Path) -> tuple[str, ...]:
@@ -101,9 +105,9 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                  str(recording.nproc), "-m", "tracediff.launch.child", "--per-rank", "--out", str(trace)]
         ranks = tuple(rank_path(trace, {"RANK": str(r), "WORLD_SIZE": str(recording.nproc)})
                       for r in range(recording.nproc))
-    command = [*child, "--recording", recording.to_json(), str(script), "--", *script_args]
-
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    prefix = shlex.split(env.get(CHILD_PREFIX_VARIABLE, ""))
+    command = [*prefix, *child, "--recording", recording.to_json(), str(script), "--", *script_args]
     start = time.perf_counter()
     with open(log, "w", encoding="utf-8") as log_file:
         process = subprocess.Popen(
