@@ -9,12 +9,14 @@ another environment. The launcher's own handling of fresh children is tested by 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +115,26 @@ while True:
 """
 
 
-def _started(process: subprocess.Popen[str]) -> tuple[int, int]:
-    """The recording's pid and its own child's, once the script says it runs."""
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith("running"):
-            _, recording, sleeper = line.split()
-            return int(recording), int(sleeper)
-    raise AssertionError(f"the script never ran: {process.communicate()}")
+@contextlib.contextmanager
+def _looping_recording(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+    """A client whose forked recording loops until stopped: (the client, the recording's pid and its child's).
+    Whatever the test leaves running is killed at the end, a failed test's too."""
+    client = subprocess.Popen(_command(tmp_path, LOOP, "eager"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    groups = [client.pid]
+    try:
+        assert client.stdout is not None
+        started = next((line.split() for line in client.stdout if line.startswith("running")), None)
+        assert started is not None, f"the script never ran: {client.communicate()}"
+        recording, sleeper = int(started[1]), int(started[2])
+        groups.append(recording)
+        yield client, recording, sleeper
+    finally:
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        client.kill()
+        client.communicate()
 
 
 def _gone(pid: int, within_s: float = 30.0) -> bool:
@@ -136,13 +150,11 @@ def _gone(pid: int, within_s: float = 30.0) -> bool:
 
 
 def test_ctrl_c_reaches_the_recording_which_ends_its_trace(tmp_path: Path) -> None:
-    client = subprocess.Popen(_command(tmp_path, LOOP, "eager"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
-    recording, _ = _started(client)
-    assert recording != client.pid  # forked, not run by the client itself
-    os.killpg(client.pid, signal.SIGINT)  # as the launcher passes Ctrl-C on
-    _, stderr = client.communicate(timeout=120)
-    assert client.returncode == 3 and "the script was interrupted" in stderr, stderr
+    with _looping_recording(tmp_path) as (client, recording, _):
+        assert recording != client.pid  # forked, not run by the client itself
+        os.killpg(client.pid, signal.SIGINT)  # as the launcher passes Ctrl-C on
+        assert client.wait(timeout=120) == 3
+        assert client.stderr is not None and "the script was interrupted" in client.stderr.read()
     trace = Trace(tmp_path / "t-True.jsonl")
     for _ in trace:
         pass
@@ -150,12 +162,10 @@ def test_ctrl_c_reaches_the_recording_which_ends_its_trace(tmp_path: Path) -> No
 
 
 def test_a_killed_client_takes_its_recording_and_the_recordings_children_with_it(tmp_path: Path) -> None:
-    client = subprocess.Popen(_command(tmp_path, LOOP, "eager"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
-    recording, sleeper = _started(client)
-    os.killpg(client.pid, signal.SIGKILL)  # as the launcher stops a run that timed out
-    client.wait(timeout=60)
-    assert _gone(recording) and _gone(sleeper)
+    with _looping_recording(tmp_path) as (client, recording, sleeper):
+        os.killpg(client.pid, signal.SIGKILL)  # as the launcher stops a run that timed out: its group, the client
+        client.wait(timeout=60)
+        assert _gone(recording) and _gone(sleeper)
 
 
 def test_another_environment_runs_the_child_as_given(tmp_path: Path) -> None:
