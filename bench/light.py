@@ -49,7 +49,7 @@ def _command(config: str, script: Path, args: list[str], trace: Path) -> list[st
     if config == "plain":
         return [sys.executable, str(script), *args]
     recording = Recording("inductor", judge=True, light=config == "light")
-    return [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace), "--recording", recording.to_json(),
+    return [sys.executable, "-m", "tracediff.child", "--out", str(trace), "--recording", recording.to_json(),
             str(script), "--", *args]
 
 

@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import tracediff  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
+from tracediff.record.tensor_describer import TensorDescriber  # noqa: E402
 
 OPS = 3000
 
@@ -78,13 +79,14 @@ def main() -> int:
         sync()
         return time.perf_counter() - start
 
-    no_fingerprint = {"_fingerprint": lambda self, t: None}
-    variants: dict[str, dict[str, Any]] = {
-        "recorded": {},
+    no_fingerprint: list[tuple[type, str, Any]] = [(TraceRecorder, "_fingerprint", lambda self, t: None)]
+    no_writing: list[tuple[type, str, Any]] = [*no_fingerprint, (TraceRecorder, "_write_op", lambda self, *a: None)]
+    variants: dict[str, list[tuple[type, str, Any]]] = {
+        "recorded": [],
         "without fingerprints": no_fingerprint,
-        "without writing records": {**no_fingerprint, "_write_op": lambda self, *a: None},
-        "without describing tensors": {**no_fingerprint, "_write_op": lambda self, *a: None,
-                                       "_describe": lambda self, name, t, *a, **k: {"v": None}},
+        "without writing records": no_writing,
+        "without describing tensors": [*no_writing,
+                                       (TensorDescriber, "describe", lambda self, name, t, *a, **k: {"v": None})],
     }
     for name, work in (("add", adds), ("view", views)):
         def recorded(work: Callable[[], float] = work) -> float:
@@ -101,7 +103,7 @@ def main() -> int:
             times["plain"].append(work())
             times["a dispatch mode that runs each op"].append(run_each_op())
             for variant, patch in variants.items():
-                with patched([(TraceRecorder, attribute, value) for attribute, value in patch.items()]):
+                with patched(patch):
                     times[variant].append(recorded())
         print(f"{name} on {device}:")
         for variant, samples in times.items():

@@ -32,9 +32,11 @@ from op_host_cost import RunEachOp, patched  # noqa: E402
 from timing import synchronizer, timed_calls  # noqa: E402
 
 import tracediff  # noqa: E402
+from tracediff.record.held_records import HeldRecords  # noqa: E402
 from tracediff.record.mode import TraceRecorder  # noqa: E402
 from tracediff.record.modules import ModuleStack  # noqa: E402
 from tracediff.record.source import SourceFinder  # noqa: E402
+from tracediff.record.tensor_describer import TensorDescriber  # noqa: E402
 from tracediff.trace.writer import TraceWriter  # noqa: E402
 
 
@@ -66,8 +68,8 @@ def timed_parts(device: str) -> list[tuple[type, str]]:
     from tracediff.record.fingerprints.host_stats import HostStats
 
     parts: list[tuple[type, str]] = [
-        (TraceRecorder, "_dispatch"), (TraceRecorder, "_describe"), (TraceRecorder, "_fingerprint"),
-        (TraceRecorder, "_write_op"), (TraceRecorder, "write_held"), (TraceRecorder, "_make_room"),
+        (TraceRecorder, "_dispatch"), (TensorDescriber, "describe"), (TraceRecorder, "_fingerprint"),
+        (TraceRecorder, "_write_op"), (HeldRecords, "write_arrived"), (HeldRecords, "make_room"),
         (SourceFinder, "find"), (ModuleStack, "_enter"), (ModuleStack, "_exit"), (TraceWriter, "write"),
         (DeviceFingerprints, "submit"), (DeviceFingerprints, "flush"), (DeviceFingerprints, "seal"),
         (DeviceFingerprints, "poll"), (DeviceFingerprints, "_read_oldest"), (HostStats, "stats"),

@@ -33,12 +33,12 @@ TRACES_ONLY = "--no-same-inputs"
 
 
 def child_command(trace: Path, script: Path, backend: str | None, **recording: Any) -> list[str]:
-    """The command the launcher runs to record `script` into `trace` (launch/child.py), as tests run it by hand."""
+    """The command the launcher runs to record `script` into `trace` (child.py), as tests run it by hand."""
     import sys
 
     from tracediff.launch.recording import Recording
 
-    return [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace),
+    return [sys.executable, "-m", "tracediff.child", "--out", str(trace),
             "--recording", Recording(backend, **recording).to_json(), str(script)]
 
 

@@ -97,6 +97,7 @@ def test_amplified_noise_that_reaches_no_region_output_is_a_match(tmp_path: Path
 def test_amplified_noise_reaching_a_region_output_diverges_at_the_amplifying_op(tmp_path: Path) -> None:
     report = _pair(tmp_path, reaches_exit=True)
     first = report["first_divergence"]
+    assert first["rule"] == "amplified_noise_reaches_a_region"
     assert report["verdict"] == "diverged" and report["exit_code"] == 1
     assert (first["op"], first["source"], first["inputs_agree"]) == ("aten::addcdiv_", "opt.py:41", True)
     assert first["observed"]["op"] == "region exit Net.forward (call 1)"
@@ -110,6 +111,7 @@ def test_a_real_fault_after_amplified_noise_is_still_found(tmp_path: Path, reach
     a = _program(TraceBuilder(tmp_path / "a.jsonl"), seed=0, reaches_exit=reaches_exit)
     b = _program(TraceBuilder(tmp_path / "b.jsonl", "inductor"), seed=1, reaches_exit=reaches_exit, fault=True)
     first = _report(a, b)["first_divergence"]
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert (first["op"], first["source"], first["inputs_agree"]) == ("aten::sin", "m.py:11", True)
     assert first["note"] == "inputs agree, outputs differ"
 
@@ -122,6 +124,7 @@ def test_a_compiled_op_fed_tight_noise_is_still_blamed(tmp_path: Path) -> None:
         _step(builder, _exp_avg(seed, near_zero_only=False))
         builder.region("exit", [builder.tensor("x", X, "out0")])
     first = _report(*(b.close() for b in builders))["first_divergence"]
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert (first["op"], first["note"]) == ("aten::addcdiv_", "inputs agree, outputs differ")
 
 
@@ -133,6 +136,7 @@ def test_an_eager_op_with_identical_inputs_and_other_outputs_is_blamed(tmp_path:
         t = builder.tensor
         builder.op("aten::mul.Tensor", [t("W", W), t("W2", W, "other")], [t("WW", W * W * scale, "0")], src="opt.py:50")
     first = _report(*(b.close() for b in builders))["first_divergence"]
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert (first["op"], first["source"], first["note"]) == ("aten::mul.Tensor", "opt.py:50", "inputs agree, outputs differ")
 
 
@@ -186,6 +190,7 @@ def test_a_product_amplifying_into_the_region_output_diverges_there(tmp_path: Pa
     `mul` wrote x moved from inputs bitwise equal), the mm where it showed a candidate."""
     report = _product_pair(tmp_path, exit_with_product=True)
     first = report["first_divergence"]
+    assert first["rule"] == "came_in_below_the_tolerance"
     assert report["exit_code"] == 1 and (first["op"], first["source"]) == ("aten::mul.Tensor", "m.py:9"), first
     assert "m.py:10" in [c["source"] for c in first["candidates"]] and first["may_start_earlier"] is True
 
@@ -194,4 +199,5 @@ def test_a_product_off_by_more_than_its_factors_can_make_is_blamed(tmp_path: Pat
     """The same factors, the product 1% off in B: far beyond the tolerance, an ordinary fault at the mm."""
     report = _product_pair(tmp_path, exit_with_product=False, product_fault=1.01)
     first = report["first_divergence"]
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert report["exit_code"] == 1 and (first["op"], first["note"]) == ("aten::mm", "inputs agree, outputs differ")

@@ -199,7 +199,7 @@ def test_a_wait_writes_held_records_while_the_device_is_busy_and_no_longer(tmp_p
     device is idle already, writing them all would make the program wait for the recorder. It then writes one
     chunk and leaves the rest held for the next wait (or the end); with the device busy it writes them all."""
     import tracediff
-    from tracediff.record.mode import WRITE_CHUNK
+    from tracediff.record.held_records import WRITE_CHUNK
     from tracediff.trace.reader import read_trace
 
     x = torch.randn(1000, device="cuda")

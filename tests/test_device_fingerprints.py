@@ -411,7 +411,7 @@ def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: P
     queue hides that host time), not op by op; past HELD_RECORDS, those whose fingerprints arrived."""
     import importlib
 
-    from tracediff.record import mode
+    from tracediff.record import held_records
 
     waits: list[int] = []
     # No CUDA here: the function `torch.cuda.synchronize()` calls, on device 0.
@@ -419,7 +419,7 @@ def test_held_records_are_written_when_the_host_waits_for_the_device(tmp_path: P
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     original = torch._C._cuda_synchronize
     monkeypatch.setattr(importlib.import_module("tracediff.record.session"), "TraceRecorder", _DeferringRecorder)
-    monkeypatch.setattr(mode, "HELD_RECORDS", 40)
+    monkeypatch.setattr(held_records, "HELD_RECORDS", 40)
     x = torch.randn(4, 8)
     with tracediff.record(tmp_path / "t.jsonl") as session:
         for _ in range(6):

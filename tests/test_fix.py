@@ -13,11 +13,8 @@ import torch
 
 from tests.conftest import FIXTURES, invoke
 from tests.fix_helpers import patched_copy
-from tracediff.fix.plan import module_chain, plan
-from tracediff.fix.search import compiled_name
-from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
-from tracediff.record.fix_apply import FixApplier
-from tracediff.record.fix_changes import (
+from tracediff.fix.apply import FixApplier
+from tracediff.fix.changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_PASS,
@@ -30,6 +27,9 @@ from tracediff.record.fix_changes import (
     decode,
     encode,
 )
+from tracediff.fix.plan import module_chain, plan
+from tracediff.fix.search import compiled_name
+from tracediff.outcome import Cause, Divergence, Site, TensorEvidence
 
 
 def _divergence(op: str = "aten::cos", module: str | None = "Net.block.act", dtype: str = "float32",
@@ -37,7 +37,7 @@ def _divergence(op: str = "aten::cos", module: str | None = "Net.block.act", dty
     site = Site(op, 4, "m.py:3", module, "y = torch.cos(h)")
     tensor = TensorEvidence("output", "0", dtype, (4,), {}, {}, 0.5, "l2", 1e-4, 1e-6, "", None, None)
     return Divergence(Cause.OUTPUT, site, 0.5, (site, *(Site(c, 5, "m.py:4", module, "") for c in candidates)),
-                      "value", "m.py", True, False, "", None, None, tensor)
+                      "value", "m.py", True, False, "", None, None, tensor, rule="inputs_agree_outputs_differ")
 
 
 def test_changes_travel_to_the_child_as_json_and_refuse_unknown_kinds() -> None:

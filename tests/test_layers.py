@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"repro", "bisect"},  # tools built on recorded runs
     {"run"},  # the pipeline of `tracediff run`
     {"fix"},  # `tracediff fix`: a search over changes, each verified by `run`'s pipeline
-    {"cli", "api", "testing"},  # entry points: the command line, `tracediff.record`, `assert_match`
+    {"cli", "api", "testing", "child"},  # entry points: the command line, `tracediff.record`, `assert_match`, the recording child
     {"__init__", "pytest_plugin"},  # the package's public names; the pytest fixture built on `testing`
 ]
 

@@ -14,7 +14,7 @@ def test_an_overloads_name_is_torchs_own() -> None:
 
 
 def test_the_repro_calls_an_op_by_the_path_str_gives() -> None:
-    """record/capture.py stores `str(func)`; the repro script calls `torch.ops.<that>`."""
+    """repro/capture.py stores `str(func)`; the repro script calls `torch.ops.<that>`."""
     for func in (torch.ops.aten.cos.default, torch.ops.aten.addmm.out):
         namespace, name, overload = str(func).split(".")
         assert getattr(getattr(getattr(torch.ops, namespace), name), overload) is func

@@ -13,13 +13,14 @@ from tracediff.diff.decide import decide, unreadable
 from tracediff.diff.determinism import with_advice
 from tracediff.diff.engine import diff_traces
 from tracediff.outcome import Cause, Outcome, RunResult, Verdict
+from tracediff.report.text import render_text
 
 # The keys docs/design.md §6 fixes, in the order reports have always had them.
 CONTRACT = ["verdict", "exit_code", "traces", "first_divergence", "inherited", "inherited_complete", "compared",
             "paired", "unpaired", "structure", "nan_origin", "compiled", "runs", "header_differences",
             "program_differences", "tolerances", "exact", "notes"]
 DIVERGENCE = ["kind", "op", "index", "source", "module", "rel_diff", "candidates", "pinned_by", "code", "path",
-              "inputs_agree", "may_start_earlier", "note", "observed", "b", "tensor"]
+              "inputs_agree", "may_start_earlier", "note", "observed", "b", "tensor", "rule"]
 
 
 def _outcome(tmp_path: Path, wrong_cos: bool) -> Outcome:
@@ -45,6 +46,8 @@ def test_a_divergence_writes_the_contract_and_reads_back(tmp_path: Path) -> None
     assert list(written) == CONTRACT
     assert list(written["first_divergence"]) == DIVERGENCE
     assert written["first_divergence"]["op"] == "aten::cos" and written["first_divergence"]["tensor"]["rel_diff"] > 0
+    assert written["first_divergence"]["rule"] == "inputs_agree_outputs_differ"
+    assert "rule   inputs_agree_outputs_differ" in render_text(written)  # the text report names it too
 
 
 def test_a_match_and_the_sections_later_stages_add_read_back(tmp_path: Path) -> None:
@@ -73,8 +76,9 @@ def test_the_cause_is_decided_from_the_verdict_not_from_its_note() -> None:
     from tracediff.diff.verdict import Divergence as Found
 
     add, empty = Place(7, "aten::add.Tensor", "m.py:8", "Net"), Place(5, "aten::empty_like", "m.py:5", "Net")
-    garbage = divergence(Found("output", add, None, (empty, add), None, False, "any words"))
+    garbage = divergence(Found("output", add, None, (empty, add), None, False, "any words", rule="walked_back"))
     assert garbage.cause is Cause.UNINITIALIZED_MEMORY and garbage.to_json()["kind"] == "output"
-    given = divergence(Found("output", add, None, (add,), None, False, "any words", program_input=True))
+    given = divergence(Found("output", add, None, (add,), None, False, "any words", program_input=True,
+                                   rule="program_input"))
     assert given.cause is Cause.PROGRAM_INPUT and given.to_json()["kind"] == "output"
-    assert divergence(Found("nan", add, None, (add,), None, True, "")).cause is Cause.NAN
+    assert divergence(Found("nan", add, None, (add,), None, True, "", rule="inputs_agree_outputs_differ")).cause is Cause.NAN

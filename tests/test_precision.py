@@ -52,6 +52,7 @@ def test_real_fault_after_a_widening_cast_is_still_found(tmp_path: Path) -> None
     a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
     _widened(a, _gelu_bf16()), _widened(b, _gelu_bf16(4e-3), fault=True)
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert (first["op"], first["source"], first["inputs_agree"]) == ("aten::cos", "m.py:7", True)
     assert first["tensor"]["tolerance"]["rtol"] == Config().tolerances["bfloat16"].rtol  # judged at bf16's precision
 
@@ -82,6 +83,7 @@ def test_a_widening_cast_is_not_reported_while_the_op_before_it_is_a_candidate(t
     _widened(a, _gelu_bf16())
     _fused(b, torch.nn.functional.gelu(X.bfloat16().float()) * 1.2)  # a wrong kernel
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert [c["op"] for c in first["candidates"]] == ["aten::gelu", "aten::_to_copy"]
     assert first["op"] == "aten::gelu" and first["source"] == "m.py:5"
     assert "only moves or widens" in first["note"]

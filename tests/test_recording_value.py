@@ -28,7 +28,7 @@ def test_anything_else_is_refused(text: str) -> None:
 def test_the_child_answers_an_unreadable_recording_in_one_line(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text("print('ran')\n")
-    done = subprocess.run([sys.executable, "-m", "tracediff.launch.child", "--out", str(tmp_path / "t.jsonl"),
+    done = subprocess.run([sys.executable, "-m", "tracediff.child", "--out", str(tmp_path / "t.jsonl"),
                            "--recording", '{"backend": "eager", "colour": "red"}', str(script)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "ran" not in done.stdout

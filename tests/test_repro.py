@@ -19,7 +19,7 @@ import torch
 
 from tests.conftest import TRACES_ONLY, Result, invoke, marker_line
 from tracediff.errors import UserError
-from tracediff.record.capture import ArgumentCapture, OutputRef
+from tracediff.repro.capture import ArgumentCapture, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script, render_value
 
 DEMO_BACKENDS = "eager,wrong_decomposition:wrong_cos_backend"

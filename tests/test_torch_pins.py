@@ -36,7 +36,7 @@ def test_graph_module_line_map() -> None:
 
 
 def test_dispatch_mode_sees_inplace_before_the_version_bump() -> None:
-    # record/mode.py files an in-place output under version + 1 because of this ordering.
+    # record/tensor_describer.py files an in-place output under version + 1 (`mutated`) because of this ordering.
     seen = []
 
     class Probe(TorchDispatchMode):
@@ -55,7 +55,7 @@ def test_dispatch_mode_sees_inplace_before_the_version_bump() -> None:
 
 
 def test_a_view_ops_result_becomes_a_view_only_after_the_mode_returns() -> None:
-    # record/mode.py files a view op's result under its input's version (`view_version`): inside the mode the
+    # record/op_outputs.py files a view op's result under its input's version (`view_version`): inside the mode the
     # result is no view yet and has a counter of its own, but torch._C._is_alias_of already sees the storage.
     seen = []
 

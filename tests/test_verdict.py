@@ -59,6 +59,7 @@ def test_wrong_op_is_pinned_and_later_ops_are_inherited(tmp_path: Path) -> None:
     _chain(a), _chain(b, wrong_cos=True)
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert report["verdict"] == "diverged" and report["exit_code"] == 1
     assert (first["kind"], first["op"], first["source"], first["index"]) == ("output", "aten::cos", "m.py:12", 3)
     assert first["candidates"] == [{"op": "aten::cos", "index": 3, "source": "m.py:12", "module": "Net", "code": ""}]
@@ -72,6 +73,7 @@ def test_fused_ops_become_candidates(tmp_path: Path) -> None:
     a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
     _chain(a), _chain(b, wrong_cos=True, fused=True)
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert [c["op"] for c in first["candidates"]] == ["aten::sin", "aten::cos", "aten::exp"]
     assert first["op"] == "aten::exp" and first["observed"]["op"] == "aten::sum"
     assert first["inputs_agree"] is False
@@ -118,6 +120,7 @@ def test_differing_program_input_is_said_so(tmp_path: Path) -> None:
     a.op("aten::cos", [a.tensor("x", X)], [a.tensor("y", X.cos(), "0")])
     b.op("aten::cos", [b.tensor("x", X + 1)], [b.tensor("y", (X + 1).cos(), "0")])
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "program_input"
     assert first["op"] == "aten::cos" and first["inputs_agree"] is False
     assert "program input" in first["note"]
 
@@ -135,6 +138,7 @@ def test_structure_differences_fail_only_when_strict(tmp_path: Path) -> None:
     assert report["verdict"] == "match" and report["structure"]["count"] == 1
     strict = _report(a, b, Config(strict_structure=True))
     assert strict["verdict"] == "diverged" and strict["first_divergence"]["kind"] == "structure"
+    assert strict["first_divergence"]["rule"] == "structure"
 
 
 def test_ignored_ops_are_not_causes(tmp_path: Path) -> None:
@@ -142,6 +146,7 @@ def test_ignored_ops_are_not_causes(tmp_path: Path) -> None:
     _chain(a), _chain(b, wrong_cos=True)
     config = Config(ignore_ops=frozenset({"aten::cos"}))
     first = _report(a.close(), b.close(), config)["first_divergence"]
+    assert first["rule"] == "program_input"
     assert first["op"] != "aten::cos"
 
 
@@ -238,6 +243,7 @@ def test_computing_with_uninitialized_memory_is_still_found(tmp_path: Path) -> N
         return b.close()
 
     first = _report(build("a.jsonl", torch.ones(3, 4)), build("b.jsonl", torch.zeros(3, 4)))["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert first is not None and first["op"] == "aten::empty.memory_format"
 
 
@@ -313,6 +319,7 @@ def test_a_wrong_branch_is_still_found_when_pairs_cross(tmp_path: Path) -> None:
     _crossed_gradients(b, gk * 1.05, gv, k_first=False)  # B's k gradient is wrong: A's is nowhere in B
     report = _report(a.close(), b.close())
     assert report["verdict"] == "diverged"
+    assert report["first_divergence"]["rule"] == "walked_back"
     assert "aten::clone" in [c["op"] for c in report["first_divergence"]["candidates"]]
 
 
@@ -360,6 +367,7 @@ def test_a_value_changed_by_an_op_only_b_runs_is_no_crossed_pair(tmp_path: Path)
     """aot_eager with a pass scaling a residual add: B computed A's value, then changed it before the next op."""
     report = _residual_scaled_by_b(tmp_path, 1.01)
     first = report["first_divergence"]
+    assert first["rule"] == "changed_in_between"
     assert report["verdict"] == "diverged"
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first
     assert "aten::mul.Tensor" in first["note"]
@@ -374,6 +382,7 @@ def test_a_difference_barely_beyond_the_tolerance_is_not_pinned_by_position(tmp_
     differences adding up: the report says it may start earlier, and pins nothing."""
     report = _residual_scaled_by_b(tmp_path, 1 + 1.5e-4)  # rtol 1e-4: about 1.5 times what it allows
     first = report["first_divergence"]
+    assert first["rule"] == "changed_in_between"
     assert report["verdict"] == "diverged"
     assert first["op"] == "aten::add.Tensor"
     assert first["may_start_earlier"] is True and first["pinned_by"] is None
@@ -404,6 +413,7 @@ def test_an_op_only_b_runs_after_the_last_paired_op_of_a_region_is_named(tmp_pat
         a, b = TraceBuilder(tmp_path / f"a-{extra}.jsonl"), TraceBuilder(tmp_path / f"b-{extra}.jsonl", "custom")
         _last_op_region(a, None), _last_op_region(b, extra)
         first = _report(a.close(), b.close())["first_divergence"]
+        assert first["rule"] == "made_only_in_b"
         assert (first["op"], first["source"], first["module"]) == ("aten::mm", "m.py:10", "Net.fc"), extra
         assert first["observed"]["op"].startswith("region exit")
         assert first["b"]["index"] == 2 and first["b"]["source"] == "m.py:10"
@@ -437,6 +447,7 @@ def test_a_write_through_a_view_is_a_new_value_of_its_base(tmp_path: Path) -> No
                     [t("x", X, "in_ptr0"), t("idx", idx, "in_ptr1")], [t("h", written.view(3, 4), "out_ptr0", v=1)])
         builder.region("exit", [t("h", written.view(3, 4), "out0", v=1)])
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::index_put_", "m.py:22")
     assert [c["op"] for c in first["candidates"]] == [
         "aten::view", "aten::tanh", "aten::mul.Tensor", "aten::index_put_"]
@@ -460,6 +471,7 @@ def test_a_view_read_after_its_base_was_written_in_place_walks_back_to_the_write
                     [t("s", total, "out_ptr0")])
         builder.region("exit", [t("s", total, "out0")])
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert [c["op"] for c in first["candidates"]] == ["aten::mul_.Tensor", "aten::sum"]
 
 
@@ -588,6 +600,7 @@ def test_a_change_made_by_a_kernel_only_b_runs_is_not_blamed_on_a_view(tmp_path:
          src="gpt2.py:697", module="Net.lm_head")
     b.region("exit", [t("y", y2, "out0")])
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "made_in_b_behind_views"
     assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:619"), first
     assert "triton_poi_fused_mul_9" in first["note"]
 
@@ -686,6 +699,8 @@ def test_a_change_b_makes_at_an_agreeing_ops_line_after_its_pair_names_that_op(t
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
     assert report["verdict"] == "diverged"
+    # B read the norm's value and wrote another: changed there; B read its input: it went on computing there.
+    assert first["rule"] == ("changed_after_its_pair" if planted_reads == "output" else "went_on_after_its_pair")
     assert (first["op"], first["source"]) == ("aten::native_layer_norm", "gpt2.py:304"), first
     assert first["b"]["op"] == "triton_poi_fused_mul_2"
     if planted_reads == "output":
@@ -723,6 +738,7 @@ def test_a_kernel_named_for_an_op_at_its_line_is_compared_with_it(tmp_path: Path
     b.region("exit", [t("z", y * 1.002 * 0.5, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::addmm", "utils.py:119"), first
 
 
@@ -753,6 +769,7 @@ def test_a_view_is_never_pinned_where_a_value_grew_from_below_the_tolerance(tmp_
     b.region("exit", [t("y", moved.reshape(4, 16) @ w, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
+    assert first["rule"] == "carried_by_views"
     assert report["verdict"] == "diverged"
     assert (first["op"], first["source"]) == ("aten::mul.Tensor", "llama.py:67"), first
     # Named, not pinned: the change was within the tolerance at the mul, so it may be older.
@@ -797,6 +814,7 @@ def test_an_op_pairs_with_the_last_kernel_named_for_it_at_its_line(tmp_path: Pat
     b.region("exit", [t("ln", lnb, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::addmm", "mlp.py:33"), first
 
 
@@ -825,6 +843,7 @@ def test_a_change_inside_an_ops_decomposition_names_that_op(tmp_path: Path) -> N
     b.region("exit", [t("s", g / denominator, "out0")])
     report = _report(a.close(), b.close())
     first = report["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::silu", "act.py:103"), first
 
 
@@ -867,6 +886,7 @@ def test_a_layer_norm_decomposed_into_kernels_pairs_with_the_kernel_writing_its_
              fuses=[{"node": "add_tensor", "op": "aten::add.Tensor", "src": "mlp.py:35"}], module="Net.fc2")
     b.region("exit", [t("y", torch.addmm(bias, ln_b, w), "out0")])
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::native_layer_norm", "mlp.py:34"), first
 
 
@@ -907,6 +927,7 @@ def test_kernels_that_rewrite_the_value_they_read_are_not_blamed(tmp_path: Path)
          src="utils.py:119")
     b.region("exit", [t("y", moved.reshape(4, 16) @ w, "out0")])
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "carried_by_views"
     assert first["pinned_by"] is None and first["may_start_earlier"] is True, (first["note"], first["candidates"])
     assert "triton_poi_fused_native_layer_norm_13" not in first["note"], first["note"]
 
@@ -1018,6 +1039,7 @@ def test_a_kernel_a_pass_inserted_between_kernels_is_b_s_change_not_a_crossed_pa
     _sin_cos_exp(a, compiled=False)
     _sin_cos_exp(b, compiled=True, inserted_scale=1.01)
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "changed_in_between"
     assert first is not None
     assert (first["op"], first["source"]) == ("aten::cos", "m.py:12")
     assert first["b"]["op"] == "triton_poi_fused_cos_2"
@@ -1032,6 +1054,7 @@ def test_a_kernel_a_pass_inserted_after_an_op_of_its_kind_is_b_s_change_not_a_cr
     _sin_cos_exp(a, compiled=False, square=True)
     _sin_cos_exp(b, compiled=True, inserted_scale=1.01, square=True)
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "changed_in_between"
     assert first is not None
     assert (first["op"], first["source"]) == ("aten::mul.Tensor", "m.py:12")
     assert [c["op"] for c in first["candidates"]] == ["aten::mul.Tensor"]
@@ -1093,6 +1116,7 @@ def test_a_change_absorbed_below_the_tolerance_is_where_a_later_barely_beyond_di
     add kept it within the tolerance, and it showed again, barely beyond, a layer later. The value B
     changed beyond the tolerance first (read, reshaped, by the add's kernel) is where it was made."""
     first = _eager_against_inductor(tmp_path, _absorbed_then_barely_beyond)
+    assert first["rule"] == "absorbed_change"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert first["observed"]["op"] == "aten::sum"
@@ -1105,6 +1129,7 @@ def test_a_change_absorbed_behind_a_kernel_writing_what_it_read_is_where_it_was_
     bias `add` of zeros (a kernel writing exactly what it read), then the residual add that kept the change
     within the tolerance. The change was made by the `mul` behind the bias kernel (before: none named)."""
     first = _eager_against_inductor(tmp_path, partial(_absorbed_then_barely_beyond, zero_bias=True))
+    assert first["rule"] == "absorbed_change"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert "kept the change within the tolerance" in first["note"]
@@ -1145,6 +1170,7 @@ def test_a_change_behind_a_kernel_that_rewrites_its_input_is_b_s_not_a_crossed_p
     crossed pair (B computed A's input: `x - mean`, paired with the norm), so the max-pool after it was
     reported. Behind a record that rewrites its input, the change B made is still B's."""
     first = _eager_against_inductor(tmp_path, _batch_norm_relu)
+    assert first["rule"] == "changed_in_between"
     assert (first["op"], first["source"]) == ("aten::native_batch_norm", "m.py:12"), first["note"]
     assert [c["op"] for c in first["candidates"]] == ["aten::native_batch_norm"]
 
@@ -1184,6 +1210,7 @@ def test_a_kernel_named_for_an_op_that_reads_the_op_s_whole_output_does_not_comp
     reported as changing it, pinned by value, while the planted fault sat in the backward. A kernel that
     reads A's op's output whole consumes that value: it is not where the op was computed."""
     first = _eager_against_inductor(tmp_path, _padded_head_then_exp)
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert (first["op"], first["source"]) == ("aten::exp", "m.py:31"), first["note"]
 
 
@@ -1299,6 +1326,7 @@ def test_a_forward_op_recomputed_in_a_compiled_backward_is_not_where_b_changed_a
     gelu's line), and a fault in the layer norm's backward was named at `gelu`: B "went on computing at
     its line". Those kernels write anew the value that agreed: a recomputation, not a change."""
     first = _eager_against_inductor(tmp_path, _gelu_recomputed_in_backward)
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::native_layer_norm_backward", "m.py:34"), first["note"]
 
 
@@ -1307,6 +1335,7 @@ def test_a_change_made_to_a_recomputed_value_is_named_at_its_op(tmp_path: Path) 
     norm's backward reading it was pinned. A record reading B's recomputed value (which holds exactly what
     A's op wrote) and writing another at that op's line is where B changed it."""
     first = _eager_against_inductor(tmp_path, partial(_gelu_recomputed_in_backward, fault="recompute"))
+    assert first["rule"] == "changed_after_its_pair"
     assert (first["op"], first["source"]) == ("aten::gelu", "m.py:33"), first["note"]
     assert first["b"]["op"] == "cpp_fused_gelu_4"
 
@@ -1340,13 +1369,14 @@ def test_a_change_read_through_a_transposed_buffer_is_named_at_the_op_whose_valu
     another order, differs in its last digits from the kernel's: the walk back through B found no
     producer (the candidates were the ops at the next line), then named the last op at the line (`sum`)."""
     first = _eager_against_inductor(tmp_path, _scaled_then_read_transposed)
+    assert first["rule"] == "made_in_b_behind_views"
     assert (first["op"], first["index"], first["source"]) == ("aten::mm", 1, "m.py:36"), first["note"]
 
 
 def test_a_buffer_read_transposed_holds_the_content_its_kernel_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same values summed in another order (a transposed `reinterpret_tensor`) differ in their sums'
     last float32 digits; their content (what the walk back through B matches on) is the same."""
-    from tracediff.diff.verdict import _content
+    from tracediff.diff.verdict.dataflow import content_of as _content
     from tracediff.record.fingerprints.fingerprint import fingerprint
 
     # The torch ops' float32 sums, as traces recorded without the compiled statistics have them (those sum in
@@ -1408,6 +1438,7 @@ def test_a_change_after_work_inductor_scheduled_later_is_named_where_it_was_made
     and projections after them in A without partners (B ran them before), and the fault in the RMSNorm
     was reported at the rotary `add` of line 147, the change among eleven candidates."""
     first = _eager_against_inductor(tmp_path, _rotary_then_rms_norm)
+    assert first["rule"] == "changed_in_between"
     assert (first["op"], first["source"]) == ("aten::mul.Tensor", "llama.py:65"), first["note"]
     assert [c["source"] for c in first["candidates"]] == ["llama.py:65"]
 
@@ -1449,6 +1480,7 @@ def test_a_change_b_made_after_an_agreed_value_is_settled_however_small(tmp_path
     was marked `may_start_earlier`, so narrowing kept the fused verdict (two candidates, the wrong one
     named). What B wrote there is not what it read: the change is made there."""
     first = _eager_against_inductor(tmp_path, _scaled_barely_beyond)
+    assert first["rule"] == "changed_after_its_pair"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:20"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mm_1"
     assert first["tensor"]["comparison"] and first["may_start_earlier"] is False, first["note"]
@@ -1486,6 +1518,7 @@ def test_a_change_within_the_absolute_tolerance_made_by_b_is_named_where_b_made_
     amplifying noise below the tolerance; the report named another layer. B changed the `mean`'s agreed
     value with a kernel of its own at its line: that is where the difference was made."""
     first = _eager_against_inductor(tmp_path, _small_variance_scaled)
+    assert first["rule"] == "changed_below_the_absolute_tolerance"
     assert (first["op"], first["source"]) == ("aten::mean.dim", "m.py:65"), first["note"]
     assert first["b"]["op"] == "triton_poi_fused_mul_varf"
     assert first["observed"]["op"] == "aten::rsqrt" and first["may_start_earlier"] is False
@@ -1520,6 +1553,7 @@ def test_a_change_within_the_absolute_tolerance_made_at_the_line_of_the_op_showi
     the `mul` was taken for a piece of the rsqrt's computation; the rsqrt was taken for an amplifier and a
     `slice` of the next layer was named. What B ran before its partner of the rsqrt is no piece of it."""
     first = _eager_against_inductor(tmp_path, _variance_plus_eps_scaled)
+    assert first["rule"] == "changed_below_the_absolute_tolerance"
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:66"), first["note"]
     assert first["b"]["op"] == "aten::mul.Tensor"
     assert first["observed"]["op"] == "aten::rsqrt" and first["may_start_earlier"] is False
@@ -1553,6 +1587,7 @@ def test_a_change_within_the_absolute_tolerance_seen_through_a_view_is_named_whe
     passed over, the difference counted as amplified noise and blamed on the script's last line. A value
     that agreed only loosely is no evidence of a recomputation."""
     first = _eager_against_inductor(tmp_path, _small_gradient_scaled_then_viewed)
+    assert first["rule"] == "changed_below_the_absolute_tolerance"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:119"), first["note"]
     assert first["b"]["op"] == "aten::mul.Tensor" and first["observed"]["source"] == "m.py:273"
 
@@ -1579,6 +1614,7 @@ def test_a_slice_showing_a_difference_its_input_held_is_never_named(tmp_path: Pa
     agree, outputs differ"): its input agreed within the tolerance as a whole, the half it kept did not. A
     slice changes no value: the op that made its input is named, not pinned."""
     first = _eager_against_inductor(tmp_path, _half_changed_below_the_tolerance)
+    assert first["rule"] == "came_in_below_the_tolerance"
     assert (first["op"], first["source"]) == ("aten::mul.Tensor", "m.py:10"), first["note"]
     assert first["observed"]["op"] == "aten::slice.Tensor" and first["pinned_by"] is None
     assert "only moves values" in first["note"]
@@ -1611,6 +1647,7 @@ def test_an_op_whose_inputs_moved_within_the_tolerance_and_output_barely_beyond_
     fused with `ln_f`, which a scale leaves almost unchanged; `lm_head`'s `mm` showed 1.2x the tolerance and
     was pinned by value, so narrowing never ran. Its inputs agreed only within the tolerance: unsure."""
     first = _eager_against_inductor(tmp_path, _head_barely_beyond)
+    assert first["rule"] == "came_in_below_the_tolerance"
     assert first["may_start_earlier"] is True and "may come from its inputs" in first["note"], first["note"]
     # Named where the change below the tolerance came in: the layer norm's kernel moved y 5e-5 from inputs
     # bitwise equal; the `mm` where it showed stays a candidate.
@@ -1620,6 +1657,7 @@ def test_an_op_whose_inputs_moved_within_the_tolerance_and_output_barely_beyond_
 
 def test_an_op_whose_inputs_are_bitwise_equal_is_pinned_however_barely_beyond(tmp_path: Path) -> None:
     first = _eager_against_inductor(tmp_path, partial(_head_barely_beyond, inputs_moved=False))
+    assert first["rule"] == "inputs_agree_outputs_differ"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:698")
     assert first["may_start_earlier"] is False and first["pinned_by"] == "value", first["note"]
 
@@ -1655,6 +1693,7 @@ def test_a_change_within_the_absolute_tolerance_made_visible_by_a_foreach_step_i
     them: no record had made the new weights. The foreach step now lists its writes; the walk back passes
     it and the loosely agreeing gradients to the `mul` B ran."""
     first = _eager_against_inductor(tmp_path, _small_gradient_scaled_then_applied_by_a_foreach_step)
+    assert first["rule"] == "changed_behind_unread_writes"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:119"), first["note"]
     assert first["b"]["op"] == "aten::mul.Tensor" and first["observed"]["source"] == "m.py:80"
     assert "not fingerprinted" in first["note"]
@@ -1704,6 +1743,7 @@ def test_a_coherent_change_within_the_absolute_tolerance_made_visible_by_a_forea
     _rounding_amplified_by_a_foreach_step(a, False, scale=1e-3, change=2e-4)
     _rounding_amplified_by_a_foreach_step(b, True, scale=1e-3, change=2e-4)
     first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "came_in_below_the_tolerance"
     assert first is not None and (first["op"], first["source"]) == ("aten::mul.Tensor", "m.py:20"), first
     assert first["observed"]["source"] == "m.py:80" and first["may_start_earlier"] is True
     assert "coherent change" in first["note"]
@@ -1736,6 +1776,7 @@ def test_a_kernel_named_at_one_line_but_fusing_ops_of_others_leaves_them_candida
     stood between, and the attention backward was pinned by position, so narrowing never ran. The kernel's
     other lines' ops are candidates now."""
     first = _eager_against_inductor(tmp_path, _scaled_inside_a_kernel_named_at_another_line)
+    assert first["rule"] == "made_in_b_behind_views"
     assert ("aten::mm", "m.py:119") in {(c["op"], c["source"]) for c in first["candidates"]}, first
     assert first["pinned_by"] is None
 
@@ -1816,6 +1857,7 @@ def test_a_change_of_a_gradient_the_compiled_backward_computed_in_another_order_
     first = _first_divergence_aligned(tmp_path, _input_gradient_scaled_before_its_bias_gradient, {
         0: (0, VALUE_TIER), 1: (1, VALUE_TIER), 3: (3, SHAPE_TIER), 6: (4, VALUE_TIER), 9: (5, OP_TIER),
         10: (7, VALUE_TIER)})
+    assert first["rule"] == "candidate_changed_at_its_line"
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:35"), first["note"]
     assert first["b"]["op"] == "cpp_fused_add_1"
     assert first["may_start_earlier"] is False, first["note"]
@@ -1857,6 +1899,7 @@ def test_a_weight_gradient_changed_in_a_fused_kernel_and_read_by_the_eager_optim
     # A: mm, t, clone, mul (detach is not aligned); B: mm, the kernel, clone, mul
     first = _first_divergence_aligned(tmp_path, _weight_gradient_scaled_in_a_fused_kernel, {
         1: (0, VALUE_TIER), 2: (2, OP_TIER), 3: (3, OP_TIER)})
+    assert first["rule"] == "changed_in_between"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:35"), first["note"]
     assert first["b"]["op"] == "cpp_fused_gelu_backward_mm_2", first["note"]
 
@@ -1899,6 +1942,7 @@ def test_a_kernel_fusing_a_candidates_op_is_no_change_made_at_the_kernels_own_li
     # A: addmm, sum, view, tanh_backward, clone (detach is not aligned); B: addmm, the kernel, clone
     first = _first_divergence_aligned(tmp_path, _bias_gradient_scaled_in_the_next_layers_kernel, {
         0: (0, VALUE_TIER), 4: (2, OP_TIER)})
+    assert first["rule"] == "walked_back"
     assert (first["op"], first["source"]) == ("aten::sum.dim_IntList", "m.py:36"), first["note"]
 
 
@@ -1943,6 +1987,7 @@ def test_a_change_a_decomposed_norm_absorbed_is_named_where_b_made_it_though_the
     agreed value 100 times beyond it right before the layer norm (whose last kernel reads the centred
     input, a value B alone computes). The change B made is named; the `mm` is where it showed again."""
     first = _eager_against_inductor(tmp_path, _residual_scaled_then_normalized_away)
+    assert first["rule"] == "absorbed_change"
     assert (first["op"], first["source"]) == ("aten::add.Tensor", "m.py:310"), first["note"]
     assert first["observed"]["op"] == "aten::mm" and "cpp_fused_add_1" in first["note"]
 
@@ -1978,6 +2023,7 @@ def test_a_concatenation_is_never_named_for_a_change_made_before_it(tmp_path: Pa
     `torch.cat`, the only candidate besides views. A concatenation copies its inputs' values: like a
     view, it is never the op that changed one."""
     first = _eager_against_inductor(tmp_path, _value_projection_scaled_then_cached)
+    assert first["rule"] == "made_in_b_behind_views"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:246"), first["note"]
 
 
@@ -2014,6 +2060,7 @@ def test_a_change_made_at_the_line_of_a_view_candidate_is_named_at_the_op_b_chan
     (the reshape of the `mm`'s output, fused into the `add`'s kernel), and records at a candidate's line
     are left to the candidate; a view computes nothing a kernel there could stand for."""
     first = _eager_against_inductor(tmp_path, _output_projection_scaled_then_added)
+    assert first["rule"] == "changed_after_its_pair"
     assert (first["op"], first["source"]) == ("aten::mm", "m.py:270"), first["note"]
 
 
@@ -2065,6 +2112,7 @@ def test_a_change_an_mm_absorbed_is_named_where_b_made_it_though_a_weight_gradie
     showed next at the cloned gradient of the tied embedding, and walking back from there named the loss.
     The value the `mm` read is where the difference was first seen: B's kernel at line 307 made it."""
     first = _eager_against_inductor(tmp_path, _backward_change_absorbed_by_an_mm)
+    assert first["rule"] == "absorbed_by_unpaired_ops"
     assert first["source"] == "m.py:31", first["note"]
     assert [c["op"] for c in first["candidates"]] == ["aten::native_layer_norm_backward", "aten::add.Tensor"]
     assert first["b"]["op"] == "cpp_fused_add_native_layer_norm_backward_0"
@@ -2105,6 +2153,7 @@ def test_a_difference_barely_beyond_the_tolerance_is_named_where_it_came_in_belo
     tolerance; the backward carried it within the tolerance through `lm_head` and a layer until an `mm`
     showed it 1.1 times beyond, and that `mm` was named (the loss not among the candidates)."""
     first = _eager_against_inductor(tmp_path, _loss_gradient_changed_below_the_absolute_tolerance)
+    assert first["rule"] == "came_in_below_the_tolerance"
     assert (first["op"], first["source"]) == ("aten::_log_softmax_backward_data", "m.py:40"), first["note"]
     assert first["observed"]["source"] == "m.py:42"
     assert "m.py:42" in [c["source"] for c in first["candidates"]]  # the op where it showed stays a candidate
@@ -2153,6 +2202,7 @@ def test_a_backward_kernel_reading_a_saved_activation_does_not_name_the_forward_
     forward `ln_f` was named, pinned by position. The backward reads the forward's activations; it does
     not compute them again."""
     first = _eager_against_inductor(tmp_path, _backward_kernel_reading_a_saved_activation)
+    assert first["rule"] == "walked_back"
     assert first["op"] != "aten::native_layer_norm", first["note"]
     assert "aten::native_layer_norm_backward" in [c["op"] for c in first["candidates"]]
 
@@ -2194,6 +2244,7 @@ def test_a_change_after_a_paired_sum_is_named_there_though_the_walk_reaches_the_
     forward long before the sum, and an op of A after the oldest candidate was passed over: the embedding's
     backward (line 576) was named."""
     first = _eager_against_inductor(tmp_path, _position_gradient_scaled_after_its_sum)
+    assert first["rule"] == "changed_after_its_pair"
     assert (first["op"], first["source"]) == ("aten::sum.dim_IntList", "m.py:577"), first["note"]
     assert first["b"]["op"] == "cpp_fused_sum_2"
 
@@ -2260,6 +2311,7 @@ def test_an_input_whose_sketch_differs_is_no_value_computed_as_a_does(tmp_path: 
     and was taken for B computing the embedding's backward as A does and then changing it there: line 569
     was named, pinned by position, and the layer norm was no candidate. The addmm's input already differed."""
     first = _eager_against_inductor(tmp_path, _tied_embedding_gradient)
+    assert first["rule"] == "walked_back"
     assert "then changes it" not in (first["note"] or ""), first["note"]
     assert "m.py:276" in [c["source"] for c in first["candidates"]], first
 
@@ -2272,3 +2324,32 @@ def test_a_place_without_a_source_line_is_not_said_to_be_at_none() -> None:
     assert region.at == "" and f"only in A: {region.op}{region.at} (#{region.index})" == \
         "only in A: region enter Net.forward (call 0) (#83)"
     assert Place.of({"t": "op", "i": 3, "op": "aten::cos", "src": "net.py:12"}).at == " at net.py:12"
+
+
+def test_outputs_that_differ_from_inputs_of_other_shapes_are_named_at_the_op_unpinned(tmp_path: Path) -> None:
+    """Rule inputs_not_comparable: A's `cos` reads a vector, B's one-op kernel reads the same elements as a
+    matrix. Its output differs, and its inputs cannot be said to agree: named at the op, inputs not agreeing."""
+    x = torch.linspace(-1, 1, 4)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    a.op("aten::cos", [a.tensor("x", x)], [a.tensor("y", x.cos(), "0")], src="m.py:3")
+    b.kernel("cpp_fused_cos_0", [b.tensor("x", x.reshape(2, 2), "in_ptr0")], [b.tensor("y", x.sin(), "out_ptr0")],
+             src="m.py:3", fuses=("aten::cos",))
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "inputs_not_comparable"
+    assert (first["op"], first["source"], first["inputs_agree"]) == ("aten::cos", "m.py:3", False)
+    assert "cannot be compared one to one" in first["note"]
+
+
+def test_a_region_output_no_record_of_either_run_made_differently_names_the_region_exit(tmp_path: Path) -> None:
+    """Rule no_candidate_made_it: every op of A behind a compiled region's output agrees and B ran nothing
+    of its own after them, yet the output differs: the comparison cannot see where; the exit is named."""
+    x = torch.linspace(-1, 1, 4)
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    for builder, out in ((a, x.cos()), (b, x.cos() + 1)):
+        t = builder.tensor
+        builder.region("enter", [t("x", x, "in0")])
+        builder.op("aten::cos", [t("x", x)], [t("y", x.cos(), "0")], src="m.py:3")
+        builder.region("exit", [t("out", out, "out0")])
+    first = _report(a.close(), b.close())["first_divergence"]
+    assert first["rule"] == "no_candidate_made_it"
+    assert first["op"].startswith("region exit") and "no op of A without a counterpart" in first["note"]

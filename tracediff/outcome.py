@@ -9,6 +9,7 @@ but the exit codes.
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -144,8 +145,8 @@ class TensorEvidence:
     arg: str
     dtype: str
     shape: tuple[int, ...]
-    fingerprint_a: dict[str, Any]
-    fingerprint_b: dict[str, Any]
+    fingerprint_a: Mapping[str, Any]  # trace/schema.py's Fingerprint (this module imports no other layer's types)
+    fingerprint_b: Mapping[str, Any]
     rel_diff: float | None  # None: not finite (JSON has no Infinity)
     statistic: str
     rtol: float
@@ -191,6 +192,10 @@ class Divergence:
     # A same-input verdict (diff/same_inputs.py): the call's worst output, {"output", "dtype", "kind", "why"};
     # kind "wrong" (further from float64 than eager) or "precision" (the more precise, grossly changed).
     judged: dict[str, Any] | None = None
+    # The name of the rule that placed it (docs/design.md §7): a trace rule (diff/verdict/), or
+    # "wrong_on_its_own_inputs" / "compiled_call_wrong_on_its_own_inputs" (diff/same_inputs.py), or
+    # "replicas_part" (diff/rank_verdict.py). A wrong verdict points at the rule to mend.
+    rule: str = field(kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.cause.kind, "op": self.site.op, "index": self.site.index, "source": self.site.source,
@@ -199,7 +204,8 @@ class Divergence:
                "code": self.site.code, "path": self.path, "inputs_agree": self.inputs_agree,
                "may_start_earlier": self.may_start_earlier, "note": self.note,
                "observed": self.observed.to_json() if self.observed else None,
-               "b": self.b.to_json() if self.b else None, "tensor": self.tensor.to_json() if self.tensor else None}
+               "b": self.b.to_json() if self.b else None, "tensor": self.tensor.to_json() if self.tensor else None,
+               "rule": self.rule}
         if self.narrowing is not None:
             out["narrowing"] = self.narrowing
         if self.rank is not None:
@@ -216,7 +222,7 @@ class Divergence:
                    Site.from_json(d["observed"]) if d.get("observed") else None,
                    Site.from_json(d["b"]) if d.get("b") else None,
                    TensorEvidence.from_json(d["tensor"]) if d.get("tensor") else None, d.get("narrowing"),
-                   d.get("rank"), d.get("entered"), d.get("judged"))
+                   d.get("rank"), d.get("entered"), d.get("judged"), rule=d.get("rule") or "")
 
 
 @dataclass(frozen=True)

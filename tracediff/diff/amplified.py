@@ -19,7 +19,7 @@ backend, into a ~1e-5 step. Two signs that an op only amplifies such noise:
 
 Such an op is remembered, its differing outputs are marked amplified, and so
 are the outputs of later ops that differ only because they read amplified
-values. verdict.py reports the op only if an amplified value reaches a
+values. diff/verdict/ reports the op only if an amplified value reaches a
 compiled region's exit (the program's computed results) beyond the tolerance.
 """
 
@@ -32,11 +32,11 @@ from typing import Any
 
 from tracediff.diff.compare import TensorComparison, TensorDiff
 from tracediff.diff.place import Place
-from tracediff.trace.schema import OP
+from tracediff.trace.schema import OP, Tensor, TraceRecord
 
-Key = tuple[int, Any]  # (tensor id, version), as in verdict.py
+Key = tuple[int, Any]  # (tensor id, version), as in diff/verdict/dataflow.py
 
-_WINDOW = 200_000  # amplified values remembered (like verdict.py's producer window)
+_WINDOW = 200_000  # amplified values remembered (like diff/verdict/dataflow.py's producer window)
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,10 @@ class Amplifier:
     why: str  # why its inputs count as agreeing only below the tolerance
     unread: bool = False  # its amplified values are writes not fingerprinted (AdamW's foreach step)
     # Such a record that read a value changed coherently by more than rtol, within the absolute
-    # tolerance (verdict._loose): the op of A that made that value.
+    # tolerance (verdict/loose.py loosely_agreeing): the op of A that made that value.
     loose_maker: Place | None = None
     # What to report if its amplified difference reaches a compiled region's output: for the signs that only
-    # keep a close case from failing a match (a product within its factors' reach), verdict.py's divergence on
+    # keep a close case from failing a match (a product within its factors' reach), the verdict's divergence on
     # the spot and the loose entry it read, as they would have been without the sign; None: the amplifier.
     reported_as: tuple[Any, Any] | None = None
 
@@ -61,7 +61,7 @@ class Amplifier:
                 "not an op computing differently")
 
 
-def amplifies(ra: dict[str, Any], rb: dict[str, Any], passed: Iterable[tuple[dict, dict, TensorComparison]],
+def amplifies(record_a: TraceRecord, record_b: TraceRecord, passed: Iterable[tuple[Tensor, Tensor, TensorComparison]],
               outside_regions: bool) -> str | None:
     """Why the paired op (whose inputs agree, outputs differ) may only amplify sub-tolerance
     differences of its inputs, or None when it computes differently. `passed`: its agreeing inputs;
@@ -71,7 +71,8 @@ def amplifies(ra: dict[str, Any], rb: dict[str, Any], passed: Iterable[tuple[dic
     if loose:
         return f"its inputs agree only within the absolute tolerance (rel diff {max(loose):.3g})"
     # The exact same op on both sides, none of B's compiled forms (a kernel, an extern `mm.out`).
-    eager = outside_regions and all(r["t"] == OP and "g" not in r for r in (ra, rb)) and ra.get("op") == rb.get("op")
+    eager = (outside_regions and all(r["t"] == OP and "g" not in r for r in (record_a, record_b))
+             and record_a.get("op") == record_b.get("op"))
     noisy = [c.rel_diff for ta, tb, c in passed if ta["fp"] != tb["fp"]]
     if eager and noisy:
         return (f"it runs eagerly in both runs (the same kernel) and its inputs differ only within the "
@@ -81,17 +82,17 @@ def amplifies(ra: dict[str, Any], rb: dict[str, Any], passed: Iterable[tuple[dic
 
 # Matrix products (A's op, without overload) and their two factors' argument names.
 _PRODUCTS = {"aten::mm": ("self", "mat2"), "aten::bmm": ("self", "mat2")}
-# A difference under this many times what the tolerance allows is "barely beyond" it (verdict.py's notes use it
+# A difference under this many times what the tolerance allows is "barely beyond" it (the verdict's notes use it
 # too). Only such outputs are judged by the bound below: a planted or real fault is far beyond the tolerance (a
 # 1% error, 100 times float32's rtol).
 BARELY_BEYOND = 2.0
 
 
-def within_a_products_reach(ra: dict[str, Any], passed: Iterable[tuple[dict, dict, TensorComparison]],
+def within_a_products_reach(record_a: TraceRecord, passed: Iterable[tuple[Tensor, Tensor, TensorComparison]],
                             worst: TensorDiff) -> str | None:
     """Why a matrix product's output difference, barely beyond the tolerance, may come from its factors'
     differences within it, or None. Such a product is not blamed unless its difference reaches a compiled
-    region's output beyond the tolerance; then it is reported as it would have been on the spot (verdict.py),
+    region's output beyond the tolerance; then it is reported as it would have been on the spot (verdict/pair_rules.py),
     where the walk back may still name the op that made its factors' difference.
 
     At first order ||d(AB)|| <= ||dA|| ||B|| + ||A|| ||dB|| in Frobenius
@@ -100,14 +101,16 @@ def within_a_products_reach(ra: dict[str, Any], passed: Iterable[tuple[dict, dic
     on CPU under inductor: factors 8.3e-5 off, scores 1.35e-4 off, 1.3 times float32's rtol). The fingerprints'
     l2 are those norms; each factor's relative difference is its largest over the statistics, the sketch's
     estimate of ||dA|| / ||A|| among them."""
-    factors = _PRODUCTS.get(ra.get("op", ""))
+    factors = _PRODUCTS.get(record_a.get("op", ""))
     out = worst.comparison
     if factors is None or out.nonfinite or out.times_allowed >= BARELY_BEYOND:
         return None
     by_name = {ta["a"]: (ta["fp"], c.rel_diff) for ta, _, c in passed}
-    if not all(name in by_name and by_name[name][0] for name in factors):
+    if not all(name in by_name for name in factors):
         return None
     (fa, rel_a), (fb, rel_b) = (by_name[name] for name in factors)
+    if not fa or not fb:
+        return None
     out_norm = worst.a.get("l2") or 0.0
     if out_norm <= 0.0:
         return None
@@ -127,17 +130,17 @@ class Amplified:
         self.values = 0  # paired values seen differing only by amplification
 
     @staticmethod
-    def _key(t: dict[str, Any]) -> Key:
+    def _key(t: Tensor) -> Key:
         return t["id"], t.get("v")
 
-    def origin(self, t: dict[str, Any]) -> Amplifier | None:
+    def origin(self, t: Tensor) -> Amplifier | None:
         return self._origin.get(self._key(t))
 
-    def origin_of_reads(self, record: dict[str, Any]) -> Amplifier | None:
+    def origin_of_reads(self, record: TraceRecord) -> Amplifier | None:
         """The amplifier behind the first amplified value the record reads, if any."""
         return next((o for o in map(self.origin, record.get("in", ())) if o is not None), None)
 
-    def mark(self, tensors: Iterable[dict[str, Any]], origin: Amplifier, observed: bool = True) -> None:
+    def mark(self, tensors: Iterable[Tensor], origin: Amplifier, observed: bool = True) -> None:
         """`tensors` differ by `origin`'s amplification; `observed`: compared and seen differing."""
         if self.first is None:
             self.first = origin
@@ -149,13 +152,13 @@ class Amplified:
             if len(self._origin) > _WINDOW:
                 self._origin.popitem(last=False)
 
-    def carry(self, record: dict[str, Any]) -> None:
+    def carry(self, record: TraceRecord) -> None:
         """A record not compared (no partner in B, a view): what it makes from amplified values is amplified."""
         origin = self.origin_of_reads(record) if self._origin else None
         if origin is not None:
             self.mark(record.get("out", ()), origin, observed=False)
 
-    def forget(self, record: dict[str, Any]) -> None:
+    def forget(self, record: TraceRecord) -> None:
         """The record's outputs were compared and agree."""
         if self._origin:
             for t in record.get("out", ()):

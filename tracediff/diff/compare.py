@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from tracediff.config import Tolerance
+from tracediff.trace.schema import Fingerprint
 
 _TINY = 1e-30
 
@@ -50,12 +50,12 @@ class TensorDiff:
     arg: str
     dtype: str
     shape: tuple[int, ...]
-    a: dict[str, Any]
-    b: dict[str, Any]
+    a: Fingerprint  # the tensor's fingerprint in A
+    b: Fingerprint
     comparison: TensorComparison
 
 
-def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolerance, noise: float | None = None,
+def compare_fingerprints(a: Fingerprint, b: Fingerprint, tolerance: Tolerance, noise: float | None = None,
                          factor: float = 10.0) -> TensorComparison:
     """Judge b against a. With `noise` (calibrated, relative), each statistic may differ by
     max(its tolerance, factor * noise * scale); NaN/Inf counts must still match."""
@@ -82,7 +82,7 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
     worst_rel, worst_stat, ok, by_noise, times_allowed = 0.0, "sum", True, False, 0.0
     for stat, (diff, scale, atol) in entries.items():
         if not math.isfinite(diff):  # finite stats overflowed float64: compare exactly
-            diff = 0.0 if stat == "l2 distance" or a[stat] == b[stat] else math.inf
+            diff = 0.0 if stat == "l2 distance" or a.get(stat) == b.get(stat) else math.inf
         rel = diff / max(scale, _TINY)
         floor = atol + tolerance.rtol * scale
         allowed = floor if noise is None else max(floor, factor * noise * scale)
@@ -100,7 +100,7 @@ def compare_fingerprints(a: dict[str, Any], b: dict[str, Any], tolerance: Tolera
     return TensorComparison(ok, worst_rel, tolerance, worst_stat, False, noise, above, ok and by_noise, times_allowed)
 
 
-def sketch_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+def sketch_distance(a: Fingerprint, b: Fingerprint) -> float | None:
     """||a - b|| estimated from the two sketches (record/fingerprints/fingerprint.py), or None without both. Sketches of
     different widths (traces recorded before the sketch widened) share their first sums: those are used."""
     ska, skb = a.get("sk"), b.get("sk")
@@ -110,5 +110,5 @@ def sketch_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     return math.sqrt(sum((x - y) ** 2 for x, y in zip(ska[:width], skb[:width])) / width)
 
 
-def has_nonfinite(fp: dict[str, Any] | None) -> bool:
-    return bool(fp) and bool(fp.get("nan") or fp.get("inf"))  # type: ignore[union-attr]
+def has_nonfinite(fp: Fingerprint | None) -> bool:
+    return fp is not None and bool(fp.get("nan") or fp.get("inf"))

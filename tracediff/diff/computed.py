@@ -21,11 +21,11 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints
 from tracediff.trace.reader import Trace
+from tracediff.trace.schema import Fingerprint, Tensor
 
 # Buckets 2% wide in log(l1): a value within any tolerance this tool uses lies in its bucket or a neighbour.
 _BUCKETS_PER_DECADE = 115
@@ -35,7 +35,7 @@ _MAX_TENSORS = 2_000_000
 _Key = tuple[str, int, int]  # dtype, element count (a view of the value has another shape), l1 bucket
 
 
-def distinctive(t: dict[str, Any]) -> bool:
+def distinctive(t: Tensor) -> bool:
     """Could this value plausibly occur only once? Not zeros, NaN/Inf, nor a constant magnitude (ones, a fill)."""
     fp = t.get("fp")
     if not fp or t.get("uninit") or not fp.get("n") or fp["nan"] or fp["inf"]:
@@ -52,27 +52,29 @@ class ComputedValues:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._index: dict[_Key, list[dict[str, Any]]] | None = None
+        self._index: dict[_Key, list[Fingerprint]] | None = None
         self._usable = True
 
     def _build(self) -> None:
-        index: dict[_Key, list[dict[str, Any]]] = defaultdict(list)
+        index: dict[_Key, list[Fingerprint]] = defaultdict(list)
         count = 0
         for record in Trace(self._path):
             for t in record.get("out") or ():
-                if not distinctive(t):
+                fp = t.get("fp")
+                if fp is None or not distinctive(t):
                     continue
-                fp = t["fp"]
-                index[(t["dt"], int(fp["n"]), _bucket(fp["l1"]))].append(
-                    {"sum": fp["sum"], "l1": fp["l1"], "l2": fp["l2"], "max": fp["max"], "nan": 0, "inf": 0, "n": fp["n"],
-                     "sk": fp.get("sk")})
+                kept: Fingerprint = {"sum": fp["sum"], "l1": fp["l1"], "l2": fp["l2"], "max": fp["max"], "nan": 0, "inf": 0,
+                                     "n": fp["n"]}
+                if "sk" in fp:
+                    kept["sk"] = fp["sk"]
+                index[(t["dt"], int(fp["n"]), _bucket(fp["l1"]))].append(kept)
                 count += 1
                 if count > _MAX_TENSORS:
                     self._usable = False
                     return
         self._index = dict(index)
 
-    def hold_all(self, tensors: list[dict[str, Any]], tolerance_of: Callable[[dict[str, Any]], Tolerance]) -> bool:
+    def hold_all(self, tensors: list[Tensor], tolerance_of: Callable[[Tensor], Tolerance]) -> bool:
         """Did the trace compute every one of these (distinctive) values, within each one's tolerance?"""
         if not tensors or not all(distinctive(t) for t in tensors):
             return False
@@ -82,9 +84,10 @@ class ComputedValues:
             return False
         return all(self._holds(t, tolerance_of(t)) for t in tensors)
 
-    def _holds(self, t: dict[str, Any], tolerance: Tolerance) -> bool:
-        assert self._index is not None
-        fp, bucket = t["fp"], _bucket(t["fp"]["l1"])
+    def _holds(self, t: Tensor, tolerance: Tolerance) -> bool:
+        fp = t["fp"]
+        assert self._index is not None and fp is not None  # `hold_all` looks up distinctive values only
+        bucket = _bucket(fp["l1"])
         for b in (bucket - 1, bucket, bucket + 1):
             for other in self._index.get((t["dt"], int(fp["n"]), b), ()):
                 if compare_fingerprints(fp, other, tolerance).ok:

@@ -8,7 +8,7 @@ bisection, determinism advice, repeats) return new outcomes; the renderers in re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -68,7 +68,7 @@ def divergence(d: Found) -> Divergence:
     return Divergence(_cause(d), Site(d.a.op, d.a.index, d.a.source, d.a.module, d.a.code), _number(d.rel_diff),
                       tuple(Site(**p.as_dict()) for p in d.candidates), pinned_by(d), d.a.path, d.inputs_agree,
                       d.may_start_earlier, d.note, Site(**d.observed.as_dict()) if d.observed else None,
-                      Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None)
+                      Site(**d.b.as_dict()) if d.b else None, _evidence(d.worst) if d.worst else None, rule=d.rule)
 
 
 def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Divergence:
@@ -89,7 +89,7 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
         site = Site(f"compiled call of {wrong.check.get('g')}", None, called.get("src"), wrong.check.get("m"),
                     called.get("code"))
         return Divergence(cause, site, rel_diff(worst), (), None, called.get("path"), True, False, note, None, None,
-                          None, judged=judged)
+                          None, judged=judged, rule="compiled_call_wrong_on_its_own_inputs")
     index = reference_index(trace_a, wrong) if trace_a else None
     site = Site(culprit["op"], index, culprit.get("src"), culprit.get("m"), culprit.get("code"))
     if culprit.get("note"):
@@ -99,7 +99,7 @@ def same_input_divergence(wrong: WrongCall, trace_a: str | None = None) -> Diver
     # Unconfirmed: wrong as a prefix's end, right inside the whole graph (record/judging/prefix.py): not pinned.
     pinned = None if culprit.get("unconfirmed") else "same_inputs"
     return Divergence(cause, site, rel_diff(worst), (site,), pinned, culprit.get("path"), True, False, note,
-                      None, None, None, judged=judged)
+                      None, None, None, judged=judged, rule="wrong_on_its_own_inputs")
 
 
 def _drift(found: Found) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def _drift_note(found: Found, findings: SameInputFindings, inherited: int) -> st
             "loop), not the compiler")
 
 
-def _run(run: RunResult | None, footer: dict[str, Any] | None, truncated: bool, header: dict[str, Any]) -> RunSummary:
+def _run(run: RunResult | None, footer: Mapping[str, Any] | None, truncated: bool, header: Mapping[str, Any]) -> RunSummary:
     footer = footer or {}
     failure = run.failure() if run is not None else None
     if failure is None:
@@ -141,96 +141,122 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
     """`determinism_check`: two runs of one backend, where no compiler is in question."""
     run_a = _run(runs[0], result.a.footer, result.a.truncated, result.a.header)
     run_b = _run(runs[1], result.b.footer, result.b.truncated, result.b.header)
-    failed = [r for r in (run_a, run_b) if r.failure]
+    failed = any(r.failure for r in (run_a, run_b))
     first = result.first
     verdict = Verdict.FAILED if failed else Verdict.DIVERGED if first is not None else Verdict.MATCH
     # B judged on its own inputs: its checks decide; the trace rules' finding is drift where every call was right.
     findings = None if determinism_check or not config.same_inputs else read_findings(result.b.checks, config, result.b.footer)
     drift = None
-    by_traces = first  # the traces' own finding
     if findings is not None and findings.judged:
         if findings.first_wrong is None and first is not None:
             drift = first
         first = None
         if not failed:
             verdict = Verdict.DIVERGED if findings.first_wrong is not None else Verdict.MATCH
-
-    notes: list[str] = []
     programs = program_differences(result.a.header, result.b.header)
+    notes = _notes(result, (run_a, run_b), first, findings, drift, programs, failed, determinism_check)
+    comparison = Comparison(
+        result.inherited, result.inherited_complete, result.compared, result.paired, result.unpaired_a,
+        result.unpaired_b, result.structure_count, tuple(result.structure), config.strict_structure,
+        result.nan_origin_a.as_dict() if result.nan_origin_a else None,
+        result.nan_origin_b.as_dict() if result.nan_origin_b else None, any(r.compile_calls for r in (run_a, run_b)))
+    calibration = None
+    if result.noise is not None:
+        calibration = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
+                           max_above_noise_passed=round(result.closest_to_noise, 3))
+    return Outcome(verdict, tuple(str(t) for t in traces), _first_divergence(first, findings, result.first, traces),
+                   (run_a, run_b), tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),
+                   tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
+                   config.exact, calibration, same_inputs=findings.to_json() if findings else None,
+                   drift=_drift(drift) if drift is not None else None)
+
+
+def _first_divergence(first: Found | None, findings: SameInputFindings | None, by_traces: Found | None,
+                      traces: Sequence[str]) -> Divergence | None:
+    """The report's first divergence: the trace rules' (`first`), unless a judged call was wrong: then that
+    call's, or where its culprit did not hold up in the region's first call, the traces' own finding."""
+    if findings is None or not findings.judged or findings.first_wrong is None:
+        return divergence(first) if first else None
+    wrong = findings.first_wrong
+    judged = same_input_divergence(wrong, str(traces[0]) if traces else None)
+    first_call = wrong.check.get("call") == 0 and (wrong.check.get("rc") or [None, 0])[1] == 0
+    if judged.pinned_by is None and (wrong.culprit or {}).get("unconfirmed") and first_call and by_traces is not None:
+        # The prefix search's op did not hold up inside the whole graph; in the region's first call (no drift
+        # from an earlier step yet) the traces' own finding names the place, the judged call with it.
+        named = divergence(by_traces)
+        return replace(named, note=f"{named.note}; {wrong.describe()}", judged=judged.judged)
+    return judged
+
+
+def _notes(result: DiffResult, runs: tuple[RunSummary, RunSummary], first: Found | None,
+           findings: SameInputFindings | None, drift: Found | None, programs: list[str], failed: bool,
+           determinism_check: bool) -> list[str]:
+    """What a reader of the verdict should know besides it, in the report's order."""
+    notes: list[str] = []
     if programs:
         notes.append(f"the traces come from different programs ({'; '.join(programs)}): ops are paired across "
                      "two programs, so a difference (or a match) may say nothing about a compiler")
-    for label, run in zip("AB", (run_a, run_b)):
+    for label, run in zip("AB", runs):
         if run.dropped_compile_options:
             options = ", ".join(f"{k}=" for k in run.dropped_compile_options)
             notes.append(f"run {label} ({run.backend}): the script's torch.compile option(s) {options} were dropped "
                          f"because backend {run.backend} rejects them (they are inductor's); "
                          "that run compiled without them")
-    compiled = any(r.compile_calls for r in (run_a, run_b))
-    if not compiled and not failed and not determinism_check:
+    if not any(r.compile_calls for r in runs) and not failed and not determinism_check:
         notes.append("the script never reached torch.compile: both runs were plain eager, "
                      "so this comparison says nothing about a compiler")
-    # A light recording (record/scope.py) holds compiled calls only: none paired is a script that never compiled.
-    calls_only = any((h.get("scope") or {}).get("kind") == "calls" for h in (result.a.header, result.b.header))
-    recorded = sum((footer or {}).get("ops", 0) + (footer or {}).get("kernels", 0)
-                   for footer in (result.a.footer, result.b.footer))
-    if result.paired == 0 and not failed and not calls_only:
-        notes.append("no op of A could be paired with one of B: are these recordings of the same program?" if recorded
-                     else "neither run recorded any tensor op: the script ended before its work (an early "
-                          "`sys.exit(0)`, a `__main__` guard that did not run?), so there was nothing to compare")
+    notes += _pairing_notes(result, failed)
     if first is not None and draws_random(first.a.op):
         notes.append(f"{first.a.op} draws random numbers (dropout, sampling): its outputs "
                      "may differ because the two runs drew different ones (a compiled graph may consume the generator "
                      "in another order); check whether it repeats with dropout off (model.eval()) or p=0")
-    amplified_note = result.amplified.note() if first is None and result.amplified is not None else None
-    if amplified_note and (findings is None or not findings.judged):
-        notes.append(amplified_note)
-    if drift is not None and findings is not None:
-        notes.append(_drift_note(drift, findings, result.inherited))
-    elif findings is not None and findings.judged and findings.first_wrong is None:
-        notes.append(f"each of the {findings.summary()} is as close to float64 as eager on its own inputs")
-    if findings is not None and findings.unjudged_note():
-        notes.append(str(findings.unjudged_note()))
-    if findings is not None and findings.first_wrong is None and findings.skipped_note():
-        notes.append(str(findings.skipped_note()))
+    notes += _judging_notes(result, first, findings, drift)
     if first is None and (result.nan_origin_a or result.nan_origin_b):
         notes.append("both runs produce NaN/Inf (they agree); see nan_origin")
-    for label, footer in zip("AB", (result.a.footer, result.b.footer)):
+    footers = (result.a.footer, result.b.footer)
+    for label, footer in zip("AB", footers):
         failures = (footer or {}).get("recorder_failures")
         if failures:
             notes.append(f"run {label}: tracediff failed to record {failures.get('count')} op(s), its own failure, not "
                          f"the script's (the first: {failures.get('first')}); they are missing from the trace")
-    children = max((footer or {}).get("child_processes") or 0 for footer in (result.a.footer, result.b.footer))
+    children = max((footer or {}).get("child_processes") or 0 for footer in footers)
     if children:
         notes.append(f"{children} forked child process(es) (e.g. DataLoader workers) ran ops that are not recorded: "
                      "only the main process is traced")
+    return notes
 
-    comparison = Comparison(
-        result.inherited, result.inherited_complete, result.compared, result.paired, result.unpaired_a,
-        result.unpaired_b, result.structure_count, tuple(result.structure), config.strict_structure,
-        result.nan_origin_a.as_dict() if result.nan_origin_a else None,
-        result.nan_origin_b.as_dict() if result.nan_origin_b else None, compiled)
-    calibration = None
-    if result.noise is not None:
-        calibration = dict(result.noise.summary(), passed_by_noise=result.passed_by_noise,
-                           max_above_noise_passed=round(result.closest_to_noise, 3))
-    first_divergence = divergence(first) if first else None
-    if findings is not None and findings.judged and findings.first_wrong is not None:
-        first_divergence = same_input_divergence(findings.first_wrong, str(traces[0]) if traces else None)
-        wrong = findings.first_wrong
-        first_call = wrong.check.get("call") == 0 and (wrong.check.get("rc") or [None, 0])[1] == 0
-        if first_divergence.pinned_by is None and (wrong.culprit or {}).get("unconfirmed") and first_call \
-                and by_traces is not None:
-            # The prefix search's op did not hold up inside the whole graph; in the region's first call (no drift
-            # from an earlier step yet) the traces' own finding names the place, the judged call with it.
-            named = divergence(by_traces)
-            first_divergence = replace(named, note=f"{named.note}; {findings.first_wrong.describe()}",
-                                       judged=first_divergence.judged)
-    return Outcome(verdict, tuple(str(t) for t in traces), first_divergence, (run_a, run_b),
-                   tuple(notes), comparison, tuple(header_differences(result.a.header, result.b.header)),
-                   tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
-                   config.exact, calibration, same_inputs=findings.to_json() if findings else None,
-                   drift=_drift(drift) if drift is not None else None)
+
+def _pairing_notes(result: DiffResult, failed: bool) -> list[str]:
+    """Nothing paired: two programs, or nothing recorded."""
+    # A light recording (record/scope.py) holds compiled calls only: none paired is a script that never compiled.
+    calls_only = any((h.get("scope") or {}).get("kind") == "calls" for h in (result.a.header, result.b.header))
+    recorded = sum((footer or {}).get("ops", 0) + (footer or {}).get("kernels", 0)
+                   for footer in (result.a.footer, result.b.footer))
+    if result.paired != 0 or failed or calls_only:
+        return []
+    return ["no op of A could be paired with one of B: are these recordings of the same program?" if recorded
+            else "neither run recorded any tensor op: the script ended before its work (an early "
+                 "`sys.exit(0)`, a `__main__` guard that did not run?), so there was nothing to compare"]
+
+
+def _judging_notes(result: DiffResult, first: Found | None, findings: SameInputFindings | None,
+                   drift: Found | None) -> list[str]:
+    """Amplified noise, drift, and the calls the judge could not judge or skipped."""
+    notes: list[str] = []
+    amplified_note = result.amplified.note() if first is None and result.amplified is not None else None
+    if amplified_note and (findings is None or not findings.judged):
+        notes.append(amplified_note)
+    if findings is None:
+        return notes
+    if drift is not None:
+        notes.append(_drift_note(drift, findings, result.inherited))
+    elif findings.judged and findings.first_wrong is None:
+        notes.append(f"each of the {findings.summary()} is as close to float64 as eager on its own inputs")
+    if findings.unjudged_note():
+        notes.append(str(findings.unjudged_note()))
+    if findings.first_wrong is None and findings.skipped_note():
+        notes.append(str(findings.skipped_note()))
+    return notes
 
 
 def unreadable(traces: Sequence[str], runs: Sequence[RunResult], reason: str) -> Outcome:

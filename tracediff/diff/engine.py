@@ -14,6 +14,7 @@ from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
+from tracediff.trace.schema import Header
 
 # Header fields that differ between any two runs and explain nothing.
 _HEADER_NOISE = ("started", "t", "judged", "scope")
@@ -48,15 +49,15 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
     return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
 
 
-def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def header_differences(a: Header, b: Header) -> list[str]:
     """Human-readable differences between two headers (deepdiff), e.g. `torch: 2.12 -> 2.13`."""
     from deepdiff import DeepDiff
 
-    a = {k: v for k, v in a.items() if k not in _HEADER_NOISE}
-    b = {k: v for k, v in b.items() if k not in _HEADER_NOISE}
-    if _inductor_settings(a) is None or _inductor_settings(b) is None:  # a run that could not reach inductor
-        a, b = _without_inductor_settings(a), _without_inductor_settings(b)
-    diff = DeepDiff(a, b, verbose_level=2)
+    compared_a = {k: v for k, v in a.items() if k not in _HEADER_NOISE}
+    compared_b = {k: v for k, v in b.items() if k not in _HEADER_NOISE}
+    if _inductor_settings(compared_a) is None or _inductor_settings(compared_b) is None:  # could not reach inductor
+        compared_a, compared_b = _without_inductor_settings(compared_a), _without_inductor_settings(compared_b)
+    diff = DeepDiff(compared_a, compared_b, verbose_level=2)
     lines: list[str] = []
     for path, change in diff.get("values_changed", {}).items():
         lines.append(f"{_path(path)}: {change['old_value']!r} -> {change['new_value']!r}")
@@ -72,13 +73,13 @@ def header_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(lines)
 
 
-def _inductor_settings(header: dict[str, Any]) -> Any:
+def _inductor_settings(header: dict[str, object]) -> Any:
     """The run's inductor settings; None where it could not reach inductor (an eager recording)."""
     settings = header.get("settings")
     return settings.get("inductor") if isinstance(settings, dict) else None
 
 
-def _without_inductor_settings(header: dict[str, Any]) -> dict[str, Any]:
+def _without_inductor_settings(header: dict[str, object]) -> dict[str, object]:
     """Inductor's settings are compared only where both runs could reach inductor."""
     settings = header.get("settings")
     if not isinstance(settings, dict):
@@ -99,7 +100,7 @@ def _path(deepdiff_path: str) -> str:
     return out.removeprefix(".") or deepdiff_path
 
 
-def program_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def program_differences(a: Header, b: Header) -> list[str]:
     """How the programs behind two trace headers differ: script, then its arguments.
 
     Empty for two runs of one command. A different working directory alone is

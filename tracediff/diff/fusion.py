@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tracediff.diff.noise import paired_tensors, relative_noise
-from tracediff.trace.schema import without_sketch
+from tracediff.trace.schema import Fingerprint, without_sketch
 
 PRECISION = "precision"
 WRONG_RESULT = "wrong_result"
@@ -51,7 +51,7 @@ class FusionEffect:
                 "reason": self.reason}
 
 
-def judge(fp_eager: dict[str, Any] | None, fp_fused: dict[str, Any] | None, fp_float64: dict[str, Any] | None,
+def judge(fp_eager: Fingerprint | None, fp_fused: Fingerprint | None, fp_float64: Fingerprint | None,
           dtype: str | None) -> FusionEffect:
     """Precision or wrong result, from the fingerprints of one tensor in the three runs."""
     if fp_float64 is None:
@@ -74,7 +74,7 @@ def judge(fp_eager: dict[str, Any] | None, fp_fused: dict[str, Any] | None, fp_f
 
 
 def float64_value(reference: str | Path, float64_run: str | Path, index: int, side: str,
-                  arg: str) -> dict[str, Any] | None:
+                  arg: str) -> Fingerprint | None:
     """The float64 run's fingerprint of the reference's tensor (record `index`, `side`, `arg`), if paired."""
     for (i, s, a), _t, partner in paired_tensors(reference, float64_run):
         if i > index:

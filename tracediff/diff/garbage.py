@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import Any
 
 from tracediff.diff.precision import preserves_values
+from tracediff.trace.schema import Tensor, TraceRecord
 
 _WINDOW = 200_000  # values remembered: a bound on memory
 
@@ -23,10 +24,10 @@ class Garbage:
     def __init__(self) -> None:
         self._keys: OrderedDict[tuple[Any, Any], None] = OrderedDict()
 
-    def holds(self, t: dict[str, Any]) -> bool:
+    def holds(self, t: Tensor) -> bool:
         return bool(t.get("uninit")) or (t.get("id"), t.get("v")) in self._keys
 
-    def record(self, record: dict[str, Any]) -> None:
+    def record(self, record: TraceRecord) -> None:
         outs = record.get("out", ())
         if any(self.holds(t) for t in record.get("in", ())) and preserves_values(record):
             garbage = list(outs)

@@ -22,14 +22,14 @@ from typing import Any
 from tracediff.diff.compare import has_nonfinite
 from tracediff.diff.place import Place, makes_nonfinite, read_inputs
 from tracediff.trace.reader import Trace, read_footer
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
 
 # Non-finite values made on purpose (masked_fill with -inf ...) are remembered
 # so a later read of them is not mistaken for NaN entering from outside.
 _MADE_LIMIT = 1_000_000
 
 
-def _tensor(t: dict[str, Any]) -> dict[str, Any]:
+def _tensor(t: Tensor) -> dict[str, Any]:
     fp = t.get("fp") or {}
     return {"arg": t.get("a"), "dtype": t.get("dt"), "shape": t.get("sh"), "nan": fp.get("nan", 0),
             "inf": fp.get("inf", 0), "n": fp.get("n"), "max": fp.get("max")}
@@ -45,7 +45,7 @@ class NanOrigin:
     fuses: tuple[dict[str, Any], ...] = ()  # a kernel: its fused ops, graph order
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> NanOrigin:
+    def of(cls, record: TraceRecord) -> NanOrigin:
         outs = tuple(_tensor(t) for t in record.get("out", ()) if has_nonfinite(t.get("fp")) and not t.get("uninit"))
         fuses = tuple({"op": f.get("op"), "source": f.get("src"), "module": f.get("m")}
                       for f in record.get("fuses") or ()) if record["t"] == KERNEL else ()
@@ -68,7 +68,7 @@ class NanOrigin:
                 "fuses": list(self.fuses)}
 
 
-def origin_of(record: dict[str, Any]) -> NanOrigin | None:
+def origin_of(record: TraceRecord) -> NanOrigin | None:
     """The record as a NaN origin, or None if it is not one."""
     return NanOrigin.of(record) if makes_nonfinite(record) else None
 
@@ -93,14 +93,14 @@ class NanScan:
                 "truncated": self.truncated}
 
 
-def _key(t: dict[str, Any]) -> tuple[Any, Any]:
+def _key(t: Tensor) -> tuple[int | None, int | None]:
     return t.get("id"), t.get("v")
 
 
 def scan(path: str | Path) -> NanScan:
     """Stream `path` until the first NaN/Inf origin (or NaN/Inf read from outside)."""
     trace = Trace(path)
-    made: set[tuple[Any, Any]] = set()  # non-finite values some recorded record produced
+    made: set[tuple[int | None, int | None]] = set()  # non-finite values some recorded record produced
     entered: Place | None = None
     records = 0
     for record in trace:

@@ -18,7 +18,7 @@ tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from tracediff.diff.sequence import align_sequences
 from tracediff.diff.skeleton import alignable, chain_op
 from tracediff.op_names import base_op, is_in_place
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import REGION
+from tracediff.trace.schema import REGION, Fingerprint, Tensor, TraceRecord
 
 # (reference record index, "input" | "output", argument name)
 TensorKey = tuple[int, str, str]
@@ -62,42 +62,44 @@ class Noise:
         }
 
 
-def _key(record: dict[str, Any]) -> tuple:
+def _key(record: TraceRecord) -> tuple:
     if record["t"] == REGION:
         return ("region", record["ev"], record["name"], record["r"], record["call"])
     shapes = tuple(tuple(t["sh"]) for t in record.get("out") or ())
     return (base_op(chain_op(record) or record.get("name", "")), shapes)
 
 
-def _alignable(path: str | Path) -> Iterator[dict[str, Any]]:
+def _alignable(path: str | Path) -> Iterator[TraceRecord]:
     return (r for r in Trace(path) if alignable(r))
 
 
 _STATS = (("sum", "l1"), ("l1", "l1"), ("l2", "l2"), ("max", "max"))
 
 
-def relative_noise(a: dict[str, Any] | None, c: dict[str, Any] | None) -> float | None:
+def relative_noise(a: Fingerprint | None, c: Fingerprint | None) -> float | None:
     """Largest |a - c| / scale over the fingerprint statistics (sum relative to l1); None if not comparable."""
     if not a or not c or a.get("n") != c.get("n") or a.get("nan") or a.get("inf") or c.get("nan") or c.get("inf"):
         return None
     worst = 0.0
+    stats_a: Mapping[str, Any] = a  # read by the statistics' names in `_STATS`
+    stats_c: Mapping[str, Any] = c
     for stat, scale_stat in _STATS:
         if stat not in a or stat not in c:
             return None
-        scale = max(abs(a[scale_stat]), abs(c[scale_stat]))
+        scale = max(abs(stats_a[scale_stat]), abs(stats_c[scale_stat]))
         if scale > 0:
-            worst = max(worst, abs(a[stat] - c[stat]) / scale)
+            worst = max(worst, abs(stats_a[stat] - stats_c[stat]) / scale)
     distance, scale = sketch_distance(a, c), max(abs(a["l2"]), abs(c["l2"]))
     if distance is not None and scale > 0:
         worst = max(worst, distance / scale)
     return worst
 
 
-def _value(t: dict[str, Any]) -> tuple[Any, Any]:
+def _value(t: Tensor) -> tuple[int | None, int | None]:
     return t.get("id"), t.get("v")
 
 
-def _floating(t: dict[str, Any]) -> bool:
+def _floating(t: Tensor) -> bool:
     return str(t.get("dt", "")).startswith(("float", "bfloat", "complex"))
 
 
@@ -112,7 +114,7 @@ def measure_noise(reference: str | Path, float64_run: str | Path, factor: float)
 
 
 def paired_tensors(reference: str | Path, float64_run: str | Path,
-                   counts: Noise | None = None) -> Iterator[tuple[TensorKey, dict[str, Any], dict[str, Any]]]:
+                   counts: Noise | None = None) -> Iterator[tuple[TensorKey, Tensor, Tensor]]:
     """Each floating tensor of the reference with its partner in the float64 re-run, in trace order.
 
     `counts`, if given, gets the numbers of paired and alignable records.
@@ -124,14 +126,14 @@ def paired_tensors(reference: str | Path, float64_run: str | Path,
         counts.paired, counts.records = len(partner), len(keys_a)
     records_c = _alignable(float64_run)
     position_c = -1
-    current_c: dict[str, Any] | None = None
-    garbage: set[tuple[Any, Any]] = set()  # values of uninitialized memory (torch.empty): no noise to measure
+    current_c: TraceRecord | None = None
+    garbage: set[tuple[int | None, int | None]] = set()  # values of uninitialized memory (torch.empty): no noise to measure
     i = -1
-    for ra in Trace(reference):
-        outs = ra.get("out") or ()
+    for record in Trace(reference):
+        outs = record.get("out") or ()
         garbage.update(_value(t) for t in outs if t.get("uninit"))
-        if not alignable(ra):  # detach/alias of garbage (nn.Parameter(torch.empty(...))) is garbage too
-            if any(_value(t) in garbage for t in ra.get("in") or ()):
+        if not alignable(record):  # detach/alias of garbage (nn.Parameter(torch.empty(...))) is garbage too
+            if any(_value(t) in garbage for t in record.get("in") or ()):
                 garbage.update(_value(t) for t in outs)
             continue
         i += 1
@@ -143,13 +145,14 @@ def paired_tensors(reference: str | Path, float64_run: str | Path,
             position_c += 1
         assert current_c is not None
         # What an in-place op overwrites (uniform_ on a new parameter) may be garbage: keep the plain tolerance.
-        in_place = is_in_place(str(ra.get("op", "")))
-        for side, key in (("input", "in"), ("output", "out")):
-            by_name = {t["a"]: t for t in current_c.get(key) or ()}
-            for t in ra.get(key) or ():
+        in_place = is_in_place(str(record.get("op", "")))
+        for side, tensors, tensors_c in (("input", record.get("in"), current_c.get("in")),
+                                         ("output", record.get("out"), current_c.get("out"))):
+            by_name = {t["a"]: t for t in tensors_c or ()}
+            for t in tensors or ():
                 partner_t = by_name.get(t["a"])
                 if partner_t is None or not _floating(t) or t.get("uninit") or _value(t) in garbage:
                     continue
                 if in_place and side == "input" and t["a"] == "self":
                     continue
-                yield (ra["i"], side, t["a"]), t, partner_t
+                yield (record["i"], side, t["a"]), t, partner_t

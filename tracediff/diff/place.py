@@ -7,7 +7,7 @@ from typing import Any
 
 from tracediff.diff.compare import has_nonfinite
 from tracediff.op_names import packet, parts
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
 
 # In-place ops that write every element of `self` without reading it: initializers
 # (`nn.init.*`) and copies. What `self` held before (often uninitialized memory
@@ -31,11 +31,11 @@ def draws_random(op: str) -> bool:
     return torch.Tag.nondeterministic_seeded in overload_op.tags
 
 
-def _packet(record: dict[str, Any]) -> str:
+def _packet(record: TraceRecord) -> str:
     return packet(str(record.get("op", "")))
 
 
-def _lifts_scalar(record: dict[str, Any]) -> bool:
+def _lifts_scalar(record: TraceRecord) -> bool:
     """`torch.tensor(float("-inf"))`: a 0-dim tensor built from a Python number, which the
     dispatcher first sees when `lift_fresh` lifts it. A scalar constant of the script, as a
     scalar argument is."""
@@ -43,7 +43,7 @@ def _lifts_scalar(record: dict[str, Any]) -> bool:
             and all(t.get("sh") == [] for t in record.get("in", ())))
 
 
-def read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
+def read_inputs(record: TraceRecord) -> list[Tensor]:
     """The input tensors a record reads: not the `self` an initializer or copy_ overwrites whole,
     nor an out= buffer (the recorder keeps no fingerprint of those), nor the Python number that
     `torch.tensor(x)` lifts (it is written in the script, not read from outside)."""
@@ -55,7 +55,7 @@ def read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
     return list(ins)
 
 
-def writes_nonfinite_constant(record: dict[str, Any]) -> bool:
+def writes_nonfinite_constant(record: TraceRecord) -> bool:
     """Does the record write a NaN/Inf constant on purpose: an op with a non-finite scalar argument
     (`masked_fill(mask, -inf)`, `full((n, n), -inf)`: `nfs`), `torch.tensor(-inf)`, or a generated
     kernel fusing such an op (a causal mask built inside the kernel)? Its NaN/Inf outputs may be
@@ -76,7 +76,7 @@ class Place:
     path: str | None = None
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> Place:
+    def of(cls, record: TraceRecord) -> Place:
         if record["t"] == REGION:
             name = f"region {record['ev']} {record['name']} (call {record['call']})"
         else:
@@ -101,7 +101,7 @@ _INF_BY_DESIGN = {
 }
 
 
-def makes_nonfinite(record: dict[str, Any]) -> bool:
+def makes_nonfinite(record: TraceRecord) -> bool:
     """True when an op (or a generated kernel) produces NaN/Inf from finite inputs (a NaN origin)."""
     if record["t"] not in (OP, KERNEL) or writes_nonfinite_constant(record):  # a mask's -inf: on purpose
         return False

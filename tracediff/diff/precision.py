@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
 from tracediff.config import Tolerance
 from tracediff.op_names import base_op
-from tracediff.trace.schema import REGION
+from tracediff.trace.schema import REGION, Tensor, TraceRecord
 
-Key = tuple[int, Any]
+Key = tuple[int | None, int | None]  # a tensor's (id, version): one value
 
 # Values remembered: a bound on memory for traces of millions of ops.
 _WINDOW = 200_000
@@ -65,7 +64,7 @@ def only_moves(op: str | None) -> bool:
     return bool(op) and base_op(op) in _MOVES and base_op(op) not in _CASTS  # type: ignore[arg-type]
 
 
-def preserves_values(record: dict[str, Any]) -> bool:
+def preserves_values(record: TraceRecord) -> bool:
     """Can this op only move, alias or exactly widen its input's values?"""
     op = record.get("op")
     if only_moves(op):
@@ -80,7 +79,7 @@ def preserves_values(record: dict[str, Any]) -> bool:
 _ORDER_FREE = ("n", "sum", "l1", "l2", "max", "nan", "inf")
 
 
-def rewrites_an_input(record: dict[str, Any]) -> bool:
+def rewrites_an_input(record: TraceRecord) -> bool:
     """Did this record write exactly a value it read (a kernel multiplying by a weight of ones,
     adding a bias of zeros: a fresh layer norm's affine step)? Judged on the order-free statistics
     of each output against an input of the same dtype and size; it changed no value."""
@@ -89,10 +88,11 @@ def rewrites_an_input(record: dict[str, Any]) -> bool:
     if not outs or not ins:
         return False
 
-    def same(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    def same(x: Tensor, y: Tensor) -> bool:
         fx, fy = x.get("fp"), y.get("fp")
-        return (bool(fx) and bool(fy) and x.get("dt") == y.get("dt") and bool(fx.get("n"))  # type: ignore[union-attr]
-                and all(fx.get(k) == fy.get(k) for k in _ORDER_FREE))  # type: ignore[union-attr]
+        if not fx or not fy:
+            return False
+        return x.get("dt") == y.get("dt") and bool(fx.get("n")) and all(fx.get(k) == fy.get(k) for k in _ORDER_FREE)
 
     return all(any(same(t, i) for i in ins) for t in outs)
 
@@ -114,16 +114,16 @@ class CarriedPrecision:
         self._tolerance_for = tolerance_for
         self._carried: OrderedDict[Key, Tolerance] = OrderedDict()
 
-    def _own(self, t: dict[str, Any], op: str, module: str | None) -> Tolerance:
+    def _own(self, t: Tensor, op: str, module: str | None) -> Tolerance:
         return self._tolerance_for(t["dt"], op, module, t.get("dev", "cpu"))
 
-    def of(self, t: dict[str, Any], op: str, module: str | None) -> Tolerance:
+    def of(self, t: Tensor, op: str, module: str | None) -> Tolerance:
         """The tolerance `t` is judged at: what it carries, or its dtype's own."""
         own = self._own(t, op, module)
         carried = self._carried.get((t["id"], t.get("v")))
         return own if carried is None or not is_floating(t.get("dt")) else looser(own, carried)
 
-    def record(self, record: dict[str, Any]) -> None:
+    def record(self, record: TraceRecord) -> None:
         """File the outputs of one record of A under the loosest precision its floating inputs carry."""
         if record["t"] == REGION:
             return  # a region's outputs are values its ops made (filed there); its inputs, values made before

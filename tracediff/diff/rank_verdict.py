@@ -111,7 +111,7 @@ def drift_divergence(drift: Drift) -> Divergence:
     pinned = "value" if drift.how == "computed" else "position"
     return Divergence(Cause.OUTPUT, drift.site, drift.rel_diff, (drift.site,), pinned, drift.path, True, False,
                       f"replicas part: {drift.why}; {drift.comparison}", None, None, None,
-                      rank=drift.on_rank, entered="local")
+                      rank=drift.on_rank, entered="local", rule="replicas_part")
 
 
 def replica_outcome(check: ReplicaCheck, traces: Sequence[str], base: Outcome) -> Outcome:

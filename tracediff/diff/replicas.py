@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tracediff.config import Config
 from tracediff.diff.align import align
@@ -38,7 +38,7 @@ from tracediff.diff.skeleton import alignable, build_skeleton
 from tracediff.op_names import base_op, is_collective
 from tracediff.outcome import Site
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, OP
+from tracediff.trace.schema import KERNEL, OP, Tensor, TraceRecord
 
 # Collectives after which every rank of their group holds the same tensor.
 _REPLICATING = frozenset({
@@ -100,13 +100,13 @@ def check_replicas(rank_traces: list[Path], config: Config, backend: str | None 
     return ReplicaCheck(backend, len(rank_traces), shared, tuple(drifts))
 
 
-def _is_random(record: dict[str, Any]) -> bool:
+def _is_random(record: TraceRecord) -> bool:
     """Does the record draw from a random generator (its result depends on the generator's state too)?"""
     ops = [f.get("op") or "" for f in record.get("fuses") or []] if record["t"] == KERNEL else [record.get("op") or ""]
     return any(draws_random(op) for op in ops if op)
 
 
-def _read_inputs(record: dict[str, Any]) -> list[dict[str, Any]]:
+def _read_inputs(record: TraceRecord) -> list[Tensor]:
     """The tensors whose values the op reads (`place.read_inputs`) and the recorder fingerprinted: not
     values in flight, not uninitialized memory."""
     return [t for t in read_inputs(record) if t.get("fp") is not None and not t.get("uninit")]
@@ -119,7 +119,7 @@ _KEPT_VALUES = 1 << 18
 _PLACE_KEYS = ("t", "i", "op", "name", "src", "m", "code", "path")
 
 # A value's state: replicated (None: from outside the trace), the record that made it, which output of it.
-_State = tuple[bool | None, dict[str, Any] | None, str | None]
+_State = tuple[bool | None, TraceRecord | None, str | None]
 _OUTSIDE: _State = (None, None, None)
 
 
@@ -131,7 +131,7 @@ class _Values:
     def __init__(self) -> None:
         self.state: OrderedDict[int, _State] = OrderedDict()
 
-    def of(self, tensor: dict[str, Any]) -> _State:
+    def of(self, tensor: Tensor) -> _State:
         return self.state.get(tensor["id"], _OUTSIDE)
 
     def set(self, tensor_id: int, state: _State) -> None:
@@ -140,8 +140,9 @@ class _Values:
         if len(self.state) > _KEPT_VALUES:
             self.state.popitem(last=False)
 
-    def write(self, record: dict[str, Any], replicated: bool) -> None:
-        place = {k: record[k] for k in _PLACE_KEYS if k in record}
+    def write(self, record: TraceRecord, replicated: bool) -> None:
+        # The record's own keys, those in _PLACE_KEYS: a TraceRecord still, without its tensors.
+        place = cast(TraceRecord, {k: v for k, v in record.items() if k in _PLACE_KEYS})
         for out in record.get("out") or ():
             if out.get("uninit"):
                 self.set(out["id"], (False, place, out.get("a")))  # garbage (`empty_like`): never alike by design
@@ -184,7 +185,7 @@ class _PairWalk:
                 return drift
         return None
 
-    def _alone(self, side: int, record: dict[str, Any]) -> None:
+    def _alone(self, side: int, record: TraceRecord) -> None:
         """A record only one rank ran: its outputs are replicated where its inputs are. A record that moves
         no value (`detach`, never aligned) passes its input's state on, as if both ranks ran it."""
         if record["t"] not in (OP, KERNEL):
@@ -201,7 +202,7 @@ class _PairWalk:
             values.of(t)[0] is True for t in inputs)
         values.write(record, replicated)
 
-    def _pair(self, a: dict[str, Any], b: dict[str, Any]) -> Drift | None:
+    def _pair(self, a: TraceRecord, b: TraceRecord) -> Drift | None:
         if a["t"] not in (OP, KERNEL):
             return None
         inputs_a, inputs_b = _read_inputs(a), _read_inputs(b)
@@ -244,8 +245,8 @@ class _PairWalk:
         self.values[1].write(b, replicated)
         return None
 
-    def _parted_before(self, record: dict[str, Any], tensor: dict[str, Any], made_a: dict[str, Any] | None,
-                       made_b: dict[str, Any] | None, same: tuple[bool, float, str]) -> Drift:
+    def _parted_before(self, record: TraceRecord, tensor: Tensor, made_a: TraceRecord | None,
+                       made_b: TraceRecord | None, same: tuple[bool, float, str]) -> Drift:
         """A replicated value this record reads differs: it was made different before, by an op only one
         rank ran, or by a collective whose results were not read where it ran."""
         if made_b is not None and made_b["i"] in self.ran_alone[1]:
@@ -260,7 +261,7 @@ class _PairWalk:
         return self._drift(0, made, "written", f"the value it wrote differs between the ranks (read at "
                            f"{record.get('src')})", same)
 
-    def _same(self, ta: dict[str, Any], tb: dict[str, Any], record: dict[str, Any]) -> tuple[bool, float, str] | None:
+    def _same(self, ta: Tensor, tb: Tensor, record: TraceRecord) -> tuple[bool, float, str] | None:
         fa, fb = ta.get("fp"), tb.get("fp")
         if fa is None or fb is None or ta.get("uninit") or tb.get("uninit") or ta.get("dt") != tb.get("dt") or ta.get("sh") != tb.get("sh"):
             return None
@@ -270,7 +271,7 @@ class _PairWalk:
         result = compare_fingerprints(fa, fb, tolerance)
         return result.ok, result.rel_diff, result.describe()
 
-    def _outputs_agree(self, a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, float, str] | None:
+    def _outputs_agree(self, a: TraceRecord, b: TraceRecord) -> tuple[bool, float, str] | None:
         """(agree, worst rel diff, in words) over the outputs both ranks read; None if none can be compared."""
         outs_a, outs_b = a.get("out") or [], b.get("out") or []
         if len(outs_a) != len(outs_b):
@@ -281,14 +282,14 @@ class _PairWalk:
         worst = max(judged, key=lambda s: (not s[0], s[1]))
         return worst
 
-    def _drift(self, side: int, record: dict[str, Any], how: str, why: str, same: tuple[bool, float, str]) -> Drift:
+    def _drift(self, side: int, record: TraceRecord, how: str, why: str, same: tuple[bool, float, str]) -> Drift:
         site = Site(record.get("op") or record.get("name"), record.get("i"), record.get("src"), record.get("m"),
                     record.get("code"))
         return Drift(self.rank, self.rank if side else 0, site, record.get("path"), how, why,
                      same[1] if same[1] != float("inf") else None, same[2])
 
 
-def _other_outputs(made_a: dict[str, Any] | None, slot_a: str | None, made_b: dict[str, Any] | None,
+def _other_outputs(made_a: TraceRecord | None, slot_a: str | None, made_b: TraceRecord | None,
                    slot_b: str | None) -> bool:
     """Are the two values different outputs of one op both ranks ran (chunk 0 of a `split` on rank 0, chunk 1
     on rank 1)? Each is a replica of its own, but they are not each other's."""
@@ -296,7 +297,7 @@ def _other_outputs(made_a: dict[str, Any] | None, slot_a: str | None, made_b: di
             and None not in (slot_a, slot_b) and slot_a != slot_b)
 
 
-def _with_positions(trace: Trace) -> Iterator[tuple[dict[str, Any], int | None]]:
+def _with_positions(trace: Trace) -> Iterator[tuple[TraceRecord, int | None]]:
     """Every record, with its position among the alignable ones (None for the others)."""
     position = 0
     for record in trace:
@@ -313,14 +314,14 @@ class _Ahead:
 
     def __init__(self, trace: Trace) -> None:
         self._records = _with_positions(trace)
-        self._next: tuple[dict[str, Any], int | None] | None = next(self._records, None)
+        self._next: tuple[TraceRecord, int | None] | None = next(self._records, None)
 
-    def until(self, position: int) -> Iterator[dict[str, Any]]:
+    def until(self, position: int) -> Iterator[TraceRecord]:
         while self._next is not None and (self._next[1] is None or self._next[1] < position):
             yield self._next[0]
             self._next = next(self._records, None)
 
-    def take(self, position: int) -> dict[str, Any] | None:
+    def take(self, position: int) -> TraceRecord | None:
         """The record at alignable position `position`, if it is next (None where the pairs cross)."""
         if self._next is None or self._next[1] != position:
             return None

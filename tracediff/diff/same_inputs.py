@@ -19,7 +19,7 @@ from tracediff.errors import TraceFormatError
 from tracediff.judge.measure import Judgement, Measurement, judge
 from tracediff.op_names import packet
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import OP, REGION
+from tracediff.trace.schema import OP, REGION, CheckRecord, Footer
 
 _PHASES = {"fw": "forward", "bw": "compiled backward"}
 
@@ -39,7 +39,7 @@ class WrongOutput:
 class WrongCall:
     """The first compiled call found wrong on its own inputs."""
 
-    check: dict[str, Any]
+    check: CheckRecord
     outputs: tuple[WrongOutput, ...]
 
     @property
@@ -138,7 +138,7 @@ def rel_diff(m: Measurement) -> float | None:
     return round(m.dist / scale, 6) if scale else None
 
 
-def _wrong_outputs(check: dict[str, Any], config: Config) -> list[WrongOutput]:
+def _wrong_outputs(check: CheckRecord, config: Config) -> list[WrongOutput]:
     wrong = []
     for record in check.get("outs") or ():
         m = Measurement.from_record(record)
@@ -151,8 +151,8 @@ def _wrong_outputs(check: dict[str, Any], config: Config) -> list[WrongOutput]:
                                         -(rel_diff(o.measurement) or 0.0)))
 
 
-def read_findings(checks: Sequence[dict[str, Any]], config: Config,
-                  footer: dict[str, Any] | None = None) -> SameInputFindings | None:
+def read_findings(checks: Sequence[CheckRecord], config: Config,
+                  footer: Footer | None = None) -> SameInputFindings | None:
     """None for a trace without checks (recorded without the judge, or no compiled graph ran). `footer`: the trace's,
     which counts the calls made and judged."""
     if not checks:

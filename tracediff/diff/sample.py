@@ -1,6 +1,6 @@
 """A bounded sample of an alignment, for the visual report (report/html.py).
 
-Pass 2 of a diff (verdict.py) tells an `AlignmentSample` about every row of
+Pass 2 of a diff (diff/verdict/walk.py) tells an `AlignmentSample` about every row of
 the alignment as it walks the traces: a pair of records with the relative
 difference of their outputs, or a record that is only in A or only in B.
 The diff of a million-op run must stay bounded in memory, so the sample
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracediff.diff.place import Place
+from tracediff.trace.schema import Header, TraceRecord
 
 AGREE = "agree"  # paired and compared: outputs within tolerance
 DIFFER = "differ"  # paired and compared: outputs differ
@@ -96,28 +97,28 @@ class AlignmentSample:
         self.series = Series(max_points)
         self.last_index_a = -1
         self.stopped_early = False
-        self.headers: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+        self.headers: tuple[Header, Header] = ({}, {})
 
     # Called by the verdict's walk, in alignment order.
-    def pair(self, ra: dict[str, Any], rb: dict[str, Any], rel_diff: float | None, status: str) -> None:
+    def pair(self, record_a: TraceRecord, record_b: TraceRecord, rel_diff: float | None, status: str) -> None:
         if rel_diff is not None:
-            self.series.add(ra["i"], rel_diff)
-        self._add(Place.of(ra), Place.of(rb), status, rel_diff)
-        self.last_index_a = ra["i"]
+            self.series.add(record_a["i"], rel_diff)
+        self._add(Place.of(record_a), Place.of(record_b), status, rel_diff)
+        self.last_index_a = record_a["i"]
 
-    def only_a(self, ra: dict[str, Any]) -> None:
-        self._add(Place.of(ra), None, ONLY_A, None)
-        self.last_index_a = ra["i"]
+    def only_a(self, record_a: TraceRecord) -> None:
+        self._add(Place.of(record_a), None, ONLY_A, None)
+        self.last_index_a = record_a["i"]
 
-    def only_b(self, rb: dict[str, Any]) -> None:
-        self._add(None, Place.of(rb), ONLY_B, None)
+    def only_b(self, record_b: TraceRecord) -> None:
+        self._add(None, Place.of(record_b), ONLY_B, None)
 
     def diverged(self) -> None:
         """The divergence was found at the latest row; only the first call counts."""
         if self.divergence_row is None and self.rows_seen:
             self.divergence_row = self.rows_seen - 1
 
-    def finish(self, headers: tuple[dict[str, Any], dict[str, Any]], stopped_early: bool) -> None:
+    def finish(self, headers: tuple[Header, Header], stopped_early: bool) -> None:
         self.headers = headers
         self.stopped_early = stopped_early
 
@@ -157,6 +158,6 @@ class AlignmentSample:
         }
 
 
-def _header_summary(header: dict[str, Any]) -> dict[str, Any]:
+def _header_summary(header: Header) -> dict[str, Any]:
     keys = ("backend", "torch", "device", "command", "host", "python")
     return {k: header.get(k) for k in keys if header.get(k) is not None}

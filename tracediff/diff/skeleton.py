@@ -11,20 +11,19 @@ import math
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tracediff.diff.nan_origin import NanOrigin
 from tracediff.diff.place import makes_nonfinite
 from tracediff.op_names import base_op, is_collective, short
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, CheckRecord, Fingerprint, Footer, Header, Tensor, TraceRecord
 
 # Ops that move no values: their number differs between eager and compiled
 # runs for bookkeeping reasons (autograd detaches, aliasing), never numerics.
 NO_VALUE_OPS = frozenset({"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::_to_copy_meta"})
 
 
-def chain_op(record: dict[str, Any]) -> str | None:
+def chain_op(record: TraceRecord) -> str | None:
     """The op a record computes: its own, or for a kernel the last op it fuses (whose value it writes)."""
     if record["t"] == KERNEL:
         fuses = record.get("fuses") or []
@@ -32,21 +31,21 @@ def chain_op(record: dict[str, Any]) -> str | None:
     return record.get("op")
 
 
-def op_line_key(record: dict[str, Any]) -> int:
+def op_line_key(record: TraceRecord) -> int:
     """The op a record computes (see `chain_op`) and its source line: does the other run compute
     that op at that line at all (or did a compiler pass put it there)?"""
     op = chain_op(record)
     return hash((base_op(op) if op else None, record.get("src")))
 
 
-def alignable(record: dict[str, Any]) -> bool:
+def alignable(record: TraceRecord) -> bool:
     kind = record["t"]
     if kind == OP:
         return base_op(record["op"]) not in NO_VALUE_OPS
     return kind in (REGION, KERNEL)
 
 
-def _signature(tensors: list[dict[str, Any]]) -> tuple:
+def _signature(tensors: list[Tensor]) -> tuple:
     return tuple((t["dt"], tuple(t["sh"])) for t in tensors)
 
 
@@ -59,7 +58,7 @@ def _round(x: float) -> float:
 _CANCELLED_SUM = 1e-3
 
 
-def _stable_sum(fp: dict[str, Any]) -> float:
+def _stable_sum(fp: Fingerprint) -> float:
     return 0.0 if abs(fp["sum"]) <= _CANCELLED_SUM * fp["l1"] else _round(fp["sum"])
 
 
@@ -69,7 +68,7 @@ def _stable_sum(fp: dict[str, Any]) -> float:
 _SKETCH_SIGN_FLOOR = 0.25
 
 
-def _sketch_signs(fp: dict[str, Any]) -> tuple[int, ...]:
+def _sketch_signs(fp: Fingerprint) -> tuple[int, ...]:
     """The signs of the fingerprint's large sketch entries (0 for the small ones; () without a sketch)."""
     floor = _SKETCH_SIGN_FLOOR * (fp.get("l2") or 0.0)
     return tuple(1 if s > floor else -1 if s < -floor else 0 for s in fp.get("sk") or ())
@@ -83,7 +82,7 @@ def kernel_origin(name: str) -> str | None:
     return fused.rstrip("0123456789").rstrip("_") or None
 
 
-def _named_key(record: dict[str, Any], signature: tuple) -> int:
+def _named_key(record: TraceRecord, signature: tuple) -> int:
     """A key pairing an op with a kernel named for it, at the same source line and first output's
     shape (eager `addmm` and the kernel adding its bias after an extern `mm`); 0 where there is none.
     The first output only: a kernel writes one of a multi-output op's values (a `native_layer_norm`
@@ -95,7 +94,7 @@ def _named_key(record: dict[str, Any], signature: tuple) -> int:
     return hash(("named", src, name, signature[:1])) if name else 0
 
 
-def keys_of(record: dict[str, Any]) -> tuple[int, int, int | None, int | None, int]:
+def keys_of(record: TraceRecord) -> tuple[int, int, int | None, int | None, int]:
     """(primary, signature, value, fine value, named) hashes of one alignable record.
 
     primary: op family and output shapes; signature: output shapes only;
@@ -130,8 +129,8 @@ class Skeleton:
     """Integer keys of a trace's alignable records, in order, plus its header/footer."""
 
     path: Path
-    header: dict[str, Any]
-    footer: dict[str, Any] | None = None
+    header: Header
+    footer: Footer | None = None
     truncated: bool = False
     primary: array = field(default_factory=lambda: array("q"))
     signature: array = field(default_factory=lambda: array("q"))
@@ -150,7 +149,7 @@ class Skeleton:
     regions: int = 0
     ops: int = 0
     nan_origin: NanOrigin | None = None  # first op or kernel making NaN/Inf from finite inputs
-    checks: list[dict[str, Any]] = field(default_factory=list)  # compiled calls judged on their inputs (record/judging/)
+    checks: list[CheckRecord] = field(default_factory=list)  # compiled calls judged on their inputs (record/judging/)
 
     def __len__(self) -> int:
         return len(self.primary)
@@ -160,7 +159,7 @@ class Skeleton:
 _COARSE_BINS = 2300
 
 
-def coarse_keys(record: dict[str, Any]) -> tuple[int, int]:
+def coarse_keys(record: TraceRecord) -> tuple[int, int]:
     """Two keys of the first output's dtype, shape and magnitude (l1), binned at about 0.1% and at the
     bins shifted by half: values within 0.05% of each other share one of them. (0, 0) for no value."""
     for t in record.get("out") or ():
@@ -184,7 +183,7 @@ class _CollectiveKeys:
     def __init__(self) -> None:
         self._seen: dict[tuple, int] = {}
 
-    def key(self, record: dict[str, Any]) -> int:
+    def key(self, record: TraceRecord) -> int:
         kind = (base_op(record["op"]), _signature(record.get("in") or []))
         self._seen[kind] = self._seen.get(kind, 0) + 1
         return hash(("collective", kind, self._seen[kind]))

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracediff.op_names import parts
-from tracediff.outcome import Divergence
-from tracediff.record.backends import resolve_backend
-from tracediff.record.fix_changes import (
+from tracediff.fix.changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_LOWERING,
@@ -25,6 +22,9 @@ from tracediff.record.fix_changes import (
     NO_COMPILE,
     Change,
 )
+from tracediff.op_names import parts
+from tracediff.outcome import Divergence
+from tracediff.record.backends import resolve_backend
 
 # Ops a fallback is tried for, at most: the op found and the first other candidates.
 MAX_FALLBACKS = 3

@@ -27,13 +27,13 @@ from typing import Any
 
 from tracediff.config import Config
 from tracediff.errors import ExitCode, interrupt_keeps
+from tracediff.fix.changes import CUSTOMIZATION, NO_COMPILE, ROUNDING, Change, encode
 from tracediff.fix.plan import plan
 from tracediff.launch.launcher import check_script, record_in_subprocess
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Verdict
 from tracediff.outputs import RunDir
 from tracediff.record.call_timer import ms_per_call
-from tracediff.record.fix_changes import CUSTOMIZATION, NO_COMPILE, ROUNDING, Change, encode
 from tracediff.run.pipeline import run_and_diff
 from tracediff.run.recording import compare_runs
 from tracediff.trace.reader import Trace, read_footer

@@ -22,6 +22,7 @@ from tracediff.errors import ExitCode, Interrupted, UserError
 from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
 from tracediff.outputs import rank_path
+from tracediff.trace.schema import Footer
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
 TAIL_LINES = 6
@@ -45,7 +46,7 @@ def _output_tail(log: Path) -> tuple[str, ...]:
     return tuple(kept[-TAIL_LINES:])
 
 
-def _footer(trace: Path) -> dict[str, Any] | None:
+def _footer(trace: Path) -> Footer | None:
     """The trace's footer; None if it has none (cut off) or cannot be read."""
     from tracediff.trace.reader import read_footer
 
@@ -55,7 +56,7 @@ def _footer(trace: Path) -> dict[str, Any] | None:
         return None
 
 
-def _error_of(footer: dict[str, Any] | None) -> dict[str, Any] | None:
+def _error_of(footer: Footer | None) -> dict[str, Any] | None:
     error = (footer or {}).get("error")
     return {k: error.get(k) for k in ("type", "message")} if isinstance(error, dict) else None
 
@@ -96,13 +97,13 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
     """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
     backend, timeout = recording.backend, recording.timeout
     log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
-    child = [sys.executable, "-m", "tracediff.launch.child", "--out", str(trace)]
+    child = [sys.executable, "-m", "tracediff.child", "--out", str(trace)]
     ranks: tuple[Path, ...] = ()
     if recording.nproc > 1:
         # torch's own launcher, as `torchrun --standalone` (a rendezvous on a free local port): it stops
         # every rank when one fails. Each child writes the trace of its rank.
         child = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                 str(recording.nproc), "-m", "tracediff.launch.child", "--per-rank", "--out", str(trace)]
+                 str(recording.nproc), "-m", "tracediff.child", "--per-rank", "--out", str(trace)]
         ranks = tuple(rank_path(trace, {"RANK": str(r), "WORLD_SIZE": str(recording.nproc)})
                       for r in range(recording.nproc))
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
@@ -155,7 +156,7 @@ def _ranks_result(backend: str | None, trace: Path, log: Path, returncode: int, 
                      rank_progress=progress)
 
 
-def _progress(trace: Path, footer: dict[str, Any] | None) -> str:
+def _progress(trace: Path, footer: Footer | None) -> str:
     """How far one rank got: its records, and whether its trace (`footer`: its footer, if any) has a footer."""
     from tracediff.trace.reader import Trace
 

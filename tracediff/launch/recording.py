@@ -29,7 +29,7 @@ class Recording:
     capture: tuple[int, ...] = ()  # record indices whose arguments to keep (`tracediff repro`)
     capture_out: Path | None = None  # where the captured arguments go
     nproc: int = 1  # processes launched by torch's elastic launcher (torchrun), each writing its rank's trace
-    fix: str | None = None  # `tracediff fix`: the changes to make, as JSON (record/fix_changes.py's `encode`)
+    fix: str | None = None  # `tracediff fix`: the changes to make, as JSON (fix/changes.py's `encode`)
     time_out: Path | None = None  # `tracediff fix`: run unrecorded and write the compiled calls' times here
     judge: bool = False  # judge each compiled call on its own inputs against eager and float64 (record/judging/)
     light: bool = False  # record no op, only compiled calls and checks; judge within a time budget (record/scope.py)

@@ -44,7 +44,7 @@ class CompileRedirect:
         # backend None: keep whatever backend the script asked for.
         self.backend = backend
         self.recorder = recorder
-        # `tracediff fix`: called with what the script compiles, before it is (record/fix_apply.py); and, in an
+        # `tracediff fix`: called with what the script compiles, before it is (fix/apply.py); and, in an
         # unrecorded run, what wraps each compiled function to time it (record/call_timer.py).
         self.before_compile = before_compile
         self.wrap = wrap

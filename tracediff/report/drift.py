@@ -20,7 +20,7 @@ from typing import Any
 from tracediff.errors import TraceFormatError
 from tracediff.report.svg import ticks
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import REGION
+from tracediff.trace.schema import REGION, CheckRecord, Fingerprint
 
 # Fewer steps than this are no drift to draw (the alignment plot shows a short run better).
 MIN_STEPS = 3
@@ -51,7 +51,7 @@ def read_drift(report: dict[str, Any]) -> dict[str, Any] | None:
             "backends": [str(r.get("backend") or label) for r, label in zip(report.get("runs") or [{}, {}], "AB")]}
 
 
-def _region_outputs(path: Path) -> tuple[dict[str, list[tuple[int, float, bool]]], list[dict[str, Any]]]:
+def _region_outputs(path: Path) -> tuple[dict[str, list[tuple[int, float, bool]]], list[CheckRecord]]:
     """Each region's calls: (call, the first output's value or rms, whether that is a single value); the checks."""
     trace = Trace(path)
     series: dict[str, list[tuple[int, float, bool]]] = {}
@@ -64,7 +64,7 @@ def _region_outputs(path: Path) -> tuple[dict[str, list[tuple[int, float, bool]]
     return series, trace.checks
 
 
-def _summary(fp: dict[str, Any] | None) -> tuple[float, bool] | None:
+def _summary(fp: Fingerprint | None) -> tuple[float, bool] | None:
     """A fingerprint as one number: the value of a one-element tensor, else its root mean square."""
     if not fp or not fp.get("n"):
         return None
@@ -82,7 +82,7 @@ def _measure_name(calls: list[tuple[int, float, bool]]) -> str:
     return "value" if all(single for _, _, single in calls) else "root mean square"
 
 
-def _check_errors(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _check_errors(checks: list[CheckRecord]) -> list[dict[str, Any]]:
     """Per step (the region call the judged calls ran in): the compiled and eager errors from float64, relative to
     the value's size, of the output furthest from float64 in the compiled code over that step's judged calls
     (forward and backward), eager's for that same output beside it."""

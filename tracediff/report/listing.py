@@ -26,7 +26,7 @@ from typing import Any
 from tracediff.diff.compare import has_nonfinite
 from tracediff.errors import UserError
 from tracediff.trace.reader import Trace
-from tracediff.trace.schema import KERNEL, OP, REGION
+from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
 
 _DTYPE_SHORT: Mapping[str, str] = types.MappingProxyType(
     {
@@ -117,7 +117,7 @@ def short_dtype(dtype: str) -> str:
     return _DTYPE_SHORT.get(dtype, dtype)
 
 
-def format_tensor(tensor: Mapping[str, Any]) -> str:
+def format_tensor(tensor: Tensor) -> str:
     """`t9 f32[3,4] sum=2.086 max=1.2 nan=3`, `(no data)` without a fingerprint, `uninit` for garbage memory."""
     shape = ",".join(str(s) for s in tensor.get("sh", []))
     text = f"t{tensor.get('id', '?')} {short_dtype(str(tensor.get('dt', '?')))}[{shape}]"
@@ -127,11 +127,11 @@ def format_tensor(tensor: Mapping[str, Any]) -> str:
     if not fp:
         return f"{text} (no data)"
     stats = [f"sum={_num(fp.get('sum'))}", f"max={_num(fp.get('max'))}"]
-    stats += [f"{key}={fp[key]}" for key in ("nan", "inf") if fp.get(key)]
+    stats += [f"{key}={fp.get(key)}" for key in ("nan", "inf") if fp.get(key)]
     return f"{text} {' '.join(stats)}"
 
 
-def _format_tensors(tensors: list[Mapping[str, Any]], named: bool) -> list[str]:
+def _format_tensors(tensors: list[Tensor], named: bool) -> list[str]:
     shown = [
         f"{t.get('a')}={format_tensor(t)}" if named and t.get("a") is not None else format_tensor(t)
         for t in tensors[:_MAX_TENSORS_SHOWN]
@@ -141,19 +141,19 @@ def _format_tensors(tensors: list[Mapping[str, Any]], named: bool) -> list[str]:
     return shown
 
 
-def _format_outputs(tensors: list[Mapping[str, Any]]) -> str:
+def _format_outputs(tensors: list[Tensor]) -> str:
     shown = _format_tensors(tensors, named=False)
     if len(tensors) == 1:
         return shown[0]
     return f"({', '.join(shown)})"
 
 
-def _tags(record: Mapping[str, Any]) -> str:
+def _tags(record: TraceRecord) -> str:
     tags = (" [bw]" if record.get("bw") else "") + (" (graph)" if record.get("g") else "")
     return tags
 
 
-def format_op(record: Mapping[str, Any]) -> str:
+def format_op(record: TraceRecord) -> str:
     """`#11 aten::cos(self=t9 f32[3,4] sum=2.086 max=1.2) -> t10 f32[3,4] sum=10.04 max=0.99 [bw]`."""
     inputs = ", ".join(_format_tensors(record.get("in") or [], named=True))
     outputs = record.get("out") or []
@@ -163,7 +163,7 @@ def format_op(record: Mapping[str, Any]) -> str:
     return text + _tags(record)
 
 
-def format_kernel(record: Mapping[str, Any]) -> str:
+def format_kernel(record: TraceRecord) -> str:
     """`#N kernel NAME fuses aten::sin, aten::cos (file.py:7)` (+ outputs when recorded)."""
     fuses = record.get("fuses") or []
     ops = _unique(str(f.get("op")) for f in fuses if f.get("op"))
@@ -179,7 +179,7 @@ def format_kernel(record: Mapping[str, Any]) -> str:
     return text + _tags(record)
 
 
-def format_region(record: Mapping[str, Any]) -> str:
+def format_region(record: TraceRecord) -> str:
     """`>> compiled region Net.forward call 0` on enter, `<< ...` on exit."""
     arrow = "<<" if record.get("ev") == "exit" else ">>"
     return f"{arrow} compiled region {record.get('name', '?')} call {record.get('call', '?')}"
@@ -196,23 +196,23 @@ def _in_module(module: str | None, prefix: str) -> bool:
     return module is not None and (module == prefix or module.startswith(prefix + "."))
 
 
-def _modules_of(record: Mapping[str, Any]) -> list[str | None]:
+def _modules_of(record: TraceRecord) -> list[str | None]:
     if record.get("t") == KERNEL:
         return [record.get("m")] + [f.get("m") for f in record.get("fuses") or []]
     return [record.get("m")]
 
 
-def _names_of(record: Mapping[str, Any]) -> list[str]:
+def _names_of(record: TraceRecord) -> list[str]:
     if record.get("t") == KERNEL:
         return [str(record.get("name", ""))] + [str(f.get("op", "")) for f in record.get("fuses") or []]
     return [str(record.get("op", ""))]
 
 
-def _has_nonfinite_output(record: Mapping[str, Any]) -> bool:
+def _has_nonfinite_output(record: TraceRecord) -> bool:
     return any(has_nonfinite(t.get("fp")) and not t.get("uninit") for t in record.get("out") or [])
 
 
-def _in_range(record: Mapping[str, Any], flt: ListingFilter) -> bool:
+def _in_range(record: TraceRecord, flt: ListingFilter) -> bool:
     if flt.index_range is None:
         return True
     index = record.get("i")
@@ -220,7 +220,7 @@ def _in_range(record: Mapping[str, Any], flt: ListingFilter) -> bool:
     return isinstance(index, int) and start <= index < end
 
 
-def keeps(record: Mapping[str, Any], flt: ListingFilter) -> bool:
+def keeps(record: TraceRecord, flt: ListingFilter) -> bool:
     """Whether `flt` keeps this op, kernel or region record."""
     if not _in_range(record, flt):
         return False
@@ -256,7 +256,7 @@ class _Listing:
     """State of one listing pass: where the last shown line was, and counts."""
 
     flt: ListingFilter
-    regions: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (serial, enter record), innermost last
+    regions: list[tuple[int, TraceRecord]] = field(default_factory=list)  # (serial, enter record), innermost last
     shown_region: int | None = None  # serial of the region whose line was shown last; None: outside all
     shown_module: tuple[str | None] | None = None  # 1-tuple so that "no module" differs from "not shown"
     shown_src: str | None = None
@@ -274,7 +274,7 @@ class _Listing:
         self.shown_module = None
         self.shown_src = None
 
-    def region(self, record: dict[str, Any]) -> Iterator[str]:
+    def region(self, record: TraceRecord) -> Iterator[str]:
         """A region enter/exit record; shown on its own only when no op filter hides it."""
         entering = record.get("ev") != "exit"
         if entering:
@@ -289,7 +289,7 @@ class _Listing:
         if entering:
             self.regions.append((self.region_calls, record))
 
-    def computation(self, record: dict[str, Any]) -> Iterator[str]:
+    def computation(self, record: TraceRecord) -> Iterator[str]:
         """An op or kernel record, with the context lines it needs first."""
         if record.get("t") == KERNEL:
             self.kernels += 1
@@ -313,7 +313,7 @@ class _Listing:
         if enter is not None:
             yield self._indent(-1) + format_region(enter)
 
-    def _module_context(self, record: dict[str, Any]) -> Iterator[str]:
+    def _module_context(self, record: TraceRecord) -> Iterator[str]:
         module = record.get("m")
         depth = _module_depth(module)
         if self.shown_module != (module,):
@@ -341,7 +341,7 @@ def _module_depth(module: str | None) -> int:
     return module.count(".") if module else 0
 
 
-def _source_of(record: Mapping[str, Any]) -> str | None:
+def _source_of(record: TraceRecord) -> str | None:
     if record.get("t") == KERNEL:
         sources = _unique(str(f.get("src")) for f in record.get("fuses") or [] if f.get("src"))
         return sources[0] if len(sources) == 1 else None
@@ -399,7 +399,7 @@ def render_listing(trace: Trace, flt: ListingFilter, *, max_lines: int | None = 
         yield _footer_line(trace, listing)
 
 
-def _record_lines(listing: _Listing, record: dict[str, Any]) -> Iterable[str]:
+def _record_lines(listing: _Listing, record: TraceRecord) -> Iterable[str]:
     kind = record.get("t")
     if kind == REGION:
         return listing.region(record)

@@ -26,52 +26,15 @@ def _fingerprint(fp: dict[str, Any] | None) -> str:
 
 
 def render_text(report: dict[str, Any]) -> str:
-    lines: list[str] = []
-    backends = [r.get("backend") for r in report.get("runs", [])]
-    title = " vs ".join(str(b) for b in backends if b) or "A vs B"
-    one_run = report.get("replicas") is not None and report.get("ranks") is None
-    if one_run:  # one distributed run, its ranks compared with each other
-        lines.append(f"tracediff: the replicas of {len(report.get('traces', []))} ranks under {title}")
-        lines += [f"  rank {r}: {path}" for r, path in enumerate(report.get("traces", []))]
-    else:
-        lines.append(f"tracediff: {title}" + (f", rank by rank ({len(report['ranks'])} ranks)"
-                                              if report.get("ranks") else ""))
-        for label, path in zip("AB", report.get("traces", [])):
-            lines.append(f"  {label}: {path}")
-    for label, run in zip("AB", report.get("runs", [])):
-        lines += _render_failed_run(label, run)
-    determinism = report.get("determinism")
-    if determinism:
-        lines.append(f"  determinism check: two runs of the same configuration (backend {determinism['backend']})")
-    lines.append("")
-    lines.append(_VERDICT_LINE[report["verdict"]])
-
-    first = report.get("first_divergence")
+    """The report for a terminal: what was compared, the verdict and where it was found, then each section the
+    report holds (same-input checks, ranks, calibration, repeats, bisection, structure, NaN origins, notes)."""
     same_inputs = report.get("same_inputs")
     if same_inputs and not same_inputs.get("calls") and not same_inputs.get("backward_calls"):
         same_inputs = None  # no call could be judged: the traces decided, as without the judge
-    if first:
-        # Under a same-input verdict the traces' later differences are the runs', not this call's doing.
-        inherited = 0 if same_inputs else report.get("inherited", 0)
-        lines += _render_divergence(first, inherited, report.get("inherited_complete", True))
-    elif report["verdict"] == "failed" and "compared" in report:
-        lines.append(f"  no divergence in the {report['compared']} records compared before the failure")
-    elif report["verdict"] == "match" and same_inputs:
-        drift = report.get("drift")
-        where = f" at {drift['source']}" if drift and drift.get("source") else ""
-        made = same_inputs.get("calls_made")
-        sampled = made is not None and made > same_inputs.get("calls", 0)
-        lines.append(f"  every {'judged ' if sampled else ''}compiled call is as close to float64 as eager on its own "
-                     "inputs"
-                     + (f"; the runs drift apart from {drift['op']}{where}: rounding, not the compiler"
-                        if drift else ""))
-    elif report["verdict"] == "match":
-        lines.append(f"  {report.get('compared', 0)} paired records agree within tolerance "
-                     f"(float32 {_tol(report, 'float32')})")
-        unpaired = report.get("unpaired") or {}
-        if unpaired.get("a"):
-            lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
-                         "the values they feed into agree")
+    lines = _render_heading(report)
+    lines.append("")
+    lines.append(_VERDICT_LINE[report["verdict"]])
+    lines += _render_finding(report, same_inputs)
 
     if same_inputs:
         lines += _render_same_inputs(same_inputs)
@@ -86,6 +49,7 @@ def render_text(report: dict[str, Any]) -> str:
                      f"({calibration['paired_records']} of {calibration['records']} records paired); "
                      f"{calibration['passed_by_noise']} beyond the tolerance but within noise (at most "
                      f"{calibration.get('max_above_noise_passed', 0):g}x their noise)")
+    determinism = report.get("determinism")
     if determinism and determinism.get("advice"):
         lines.append(f"  nondeterminism ({determinism['cause'].replace('_', ' ')}):")
         lines += [f"    - {line}" for line in determinism["advice"]]
@@ -113,6 +77,58 @@ def render_text(report: dict[str, Any]) -> str:
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _render_heading(report: dict[str, Any]) -> list[str]:
+    """What was compared: the backends and their traces (or one distributed run's ranks), a run that failed, and
+    whether this is a determinism check."""
+    lines: list[str] = []
+    backends = [r.get("backend") for r in report.get("runs", [])]
+    title = " vs ".join(str(b) for b in backends if b) or "A vs B"
+    one_run = report.get("replicas") is not None and report.get("ranks") is None
+    if one_run:  # one distributed run, its ranks compared with each other
+        lines.append(f"tracediff: the replicas of {len(report.get('traces', []))} ranks under {title}")
+        lines += [f"  rank {r}: {path}" for r, path in enumerate(report.get("traces", []))]
+    else:
+        lines.append(f"tracediff: {title}" + (f", rank by rank ({len(report['ranks'])} ranks)"
+                                              if report.get("ranks") else ""))
+        for label, path in zip("AB", report.get("traces", [])):
+            lines.append(f"  {label}: {path}")
+    for label, run in zip("AB", report.get("runs", [])):
+        lines += _render_failed_run(label, run)
+    determinism = report.get("determinism")
+    if determinism:
+        lines.append(f"  determinism check: two runs of the same configuration (backend {determinism['backend']})")
+    return lines
+
+
+def _render_finding(report: dict[str, Any], same_inputs: dict[str, Any] | None) -> list[str]:
+    """Under the verdict line: the first divergence, or what agreed (`same_inputs`: the same-input checks, when
+    some call was judged)."""
+    first = report.get("first_divergence")
+    if first:
+        # Under a same-input verdict the traces' later differences are the runs', not this call's doing.
+        inherited = 0 if same_inputs else report.get("inherited", 0)
+        return _render_divergence(first, inherited, report.get("inherited_complete", True))
+    if report["verdict"] == "failed" and "compared" in report:
+        return [f"  no divergence in the {report['compared']} records compared before the failure"]
+    if report["verdict"] == "match" and same_inputs:
+        drift = report.get("drift")
+        where = f" at {drift['source']}" if drift and drift.get("source") else ""
+        made = same_inputs.get("calls_made")
+        sampled = made is not None and made > same_inputs.get("calls", 0)
+        return [f"  every {'judged ' if sampled else ''}compiled call is as close to float64 as eager on its own "
+                "inputs"
+                + (f"; the runs drift apart from {drift['op']}{where}: rounding, not the compiler" if drift else "")]
+    if report["verdict"] == "match":
+        lines = [f"  {report.get('compared', 0)} paired records agree within tolerance "
+                 f"(float32 {_tol(report, 'float32')})"]
+        unpaired = report.get("unpaired") or {}
+        if unpaired.get("a"):
+            lines.append(f"  {unpaired['a']} records of A have no counterpart in B (fused or decomposed); "
+                         "the values they feed into agree")
+        return lines
+    return []
 
 
 def _render_same_inputs(same_inputs: dict[str, Any]) -> list[str]:
@@ -256,6 +272,8 @@ def _render_divergence(first: dict[str, Any], inherited: int, complete: bool = T
     if b and b.get("op") != seen_op:
         lines.append(f"    B ran {b['op']} there (#{b['index']})")
     lines.append(f"    {first.get('note')}")
+    if first.get("rule"):
+        lines.append(f"    rule   {first['rule']} (docs/design.md §8.2)")
     if first.get("candidates"):
         lines.append(f"    {_PINNED.get(first.get('pinned_by'), _PINNED[None])}")
     candidates = first.get("candidates") or []

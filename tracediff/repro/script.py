@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tracediff.errors import UserError
-from tracediff.record.capture import OutputRef
+from tracediff.repro.capture import OutputRef
 
 
 @dataclass

@@ -35,10 +35,10 @@ from tracediff.launch.launcher import record_in_subprocess
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Cause, Divergence, Outcome, Verdict
 from tracediff.outputs import RunDir, ensure_dir
-from tracediff.record.capture import CAPTURE_FORMAT, OutputRef
+from tracediff.repro.capture import CAPTURE_FORMAT, OutputRef
 from tracediff.repro.script import InputName, ReproSpec, render_script
 from tracediff.trace.reader import Trace, read_footer, records_at
-from tracediff.trace.schema import OP
+from tracediff.trace.schema import OP, Header, TraceRecord
 
 SCRIPT_NAME = "repro.py"
 INPUTS_NAME = "inputs.pt"
@@ -55,15 +55,15 @@ class Recorded:
 
     # Read when first needed, not on load: a failed run's trace may have no header to read.
     @cached_property
-    def header_a(self) -> dict[str, Any]:
+    def header_a(self) -> Header:
         return Trace(self.trace_a).header
 
     @cached_property
-    def header_b(self) -> dict[str, Any]:
+    def header_b(self) -> Header:
         return Trace(self.trace_b).header
 
 
-def _fallback_random(header: dict[str, Any]) -> bool | None:
+def _fallback_random(header: Header) -> bool | None:
     """Whether a recorded run had inductor call eager's random ops (None where inductor could not run: its
     settings are not recorded then)."""
     return ((header.get("settings") or {}).get("inductor") or {}).get("fallback_random")
@@ -120,7 +120,7 @@ def _beside(trace: Path, run_dir: Path) -> Path:
     raise UserError(f"{trace}: the trace named in the report is gone")
 
 
-def ops_to_replay(divergence: Recorded) -> list[dict[str, Any]]:
+def ops_to_replay(divergence: Recorded) -> list[TraceRecord]:
     """Reference-side op records of the divergent op, or of the fused kernel's ops, in order."""
     first = divergence.outcome.first_divergence
     assert first is not None
@@ -138,7 +138,7 @@ def ops_to_replay(divergence: Recorded) -> list[dict[str, Any]]:
     return ops
 
 
-def capture_arguments(divergence: Recorded, records: list[dict[str, Any]], config: Config, work: Path,
+def capture_arguments(divergence: Recorded, records: list[TraceRecord], config: Config, work: Path,
                       echo: Callable[[str], None]) -> tuple[list[dict[str, Any]], list[str]]:
     """Re-run the reference and return the captured ops plus notes on how faithful the re-run was."""
     header = divergence.header_a
@@ -174,7 +174,7 @@ def capture_arguments(divergence: Recorded, records: list[dict[str, Any]], confi
     return ops, _compare_rerun(records, trace, config)
 
 
-def _compare_rerun(records: list[dict[str, Any]], rerun_trace: Path, config: Config) -> list[str]:
+def _compare_rerun(records: list[TraceRecord], rerun_trace: Path, config: Config) -> list[str]:
     """Notes where the re-run's records differ from the recorded ones (a nondeterministic script)."""
     notes: list[str] = []
     rerun = records_at(rerun_trace, (r["i"] for r in records))
@@ -184,9 +184,10 @@ def _compare_rerun(records: list[dict[str, Any]], rerun_trace: Path, config: Con
             raise ReproRunFailed(f"the re-run recorded {record.get('op')} at #{record['i']} where the trace has "
                                  f"{original.get('op')}: the script does not run the same way twice")
         for new, old in zip(record.get("in") or [], original.get("in") or []):
-            if new.get("fp") and old.get("fp"):
+            fp_new, fp_old = new.get("fp"), old.get("fp")
+            if fp_new and fp_old:
                 tolerance = config.tolerance_for(old["dt"], original["op"], original.get("m"), old.get("dev", "cpu"))
-                if not compare_fingerprints(old["fp"], new["fp"], tolerance).ok:
+                if not compare_fingerprints(fp_old, fp_new, tolerance).ok:
                     notes.append(f"input {old['a']!r} of #{record['i']} {record['op']} differs from the recorded "
                                  "value in the re-run (nondeterministic script?); the repro uses the re-run's value")
     return notes
@@ -196,7 +197,7 @@ class ReproRunFailed(Exception):
     """The reference could not be re-run faithfully (exit 3: a run failed)."""
 
 
-def build_spec(divergence: Recorded, records: list[dict[str, Any]], ops: list[dict[str, Any]],
+def build_spec(divergence: Recorded, records: list[TraceRecord], ops: list[dict[str, Any]],
                backend: str, local_modules: list[str], config: Config) -> tuple[ReproSpec, dict[str, torch.Tensor]]:
     """Name the captured tensors, decide what `program` returns, and describe the divergence."""
     inputs: dict[str, torch.Tensor] = {}
@@ -233,7 +234,7 @@ def build_spec(divergence: Recorded, records: list[dict[str, Any]], ops: list[di
     return spec, inputs
 
 
-def _tolerance(first: Divergence, record: dict[str, Any], config: Config) -> tuple[float, float]:
+def _tolerance(first: Divergence, record: TraceRecord, config: Config) -> tuple[float, float]:
     """The tolerance the divergence was judged by (the report says), else the config's for the output."""
     if first.tensor is not None:
         return float(first.tensor.rtol), float(first.tensor.atol)

@@ -39,7 +39,7 @@ from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Site, Verdict
 from tracediff.outputs import RunDir
 from tracediff.trace.reader import Trace, read_footer, records_at
-from tracediff.trace.schema import KERNEL
+from tracediff.trace.schema import KERNEL, TraceRecord
 
 METHOD = "re-ran the compiled side with one inductor kernel per op (every intermediate materialized)"
 
@@ -122,7 +122,7 @@ def judge_unfused(found: dict[str, Any] | None, fused: list[dict[str, Any]], mov
     return Judgement("narrowed" if len(computing) < len(fused_computing) else "moved", computing=indices)
 
 
-def feeds_a_candidate(records: dict[int, dict[str, Any]], fused: list[dict[str, Any]], moves: Callable[[int], bool],
+def feeds_a_candidate(records: dict[int, TraceRecord], fused: list[dict[str, Any]], moves: Callable[[int], bool],
                       index: int) -> bool:
     """Does A's record at `index` write a value that one of the `fused` candidates reads, directly or
     through candidates that only move values (a view)? `records`: A's records by index."""
@@ -219,7 +219,7 @@ def narrow(outcome: Outcome, runs: list[RunResult], script: Path, script_args: l
                      f"{unfused.site.source} instead, outside this kernel's ops or not pinned; keeping the fused verdict")
 
 
-def _path(records: dict[int, dict[str, Any]], site: Site, default: str | None) -> str | None:
+def _path(records: dict[int, TraceRecord], site: Site, default: str | None) -> str | None:
     """The file of A's record at `site` (the op now named), else `default`."""
     record = records.get(site.index) if site.index is not None else None
     return (record or {}).get("path", default)

@@ -12,12 +12,23 @@ import json
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
 from tracediff.errors import TraceFormatError
-from tracediff.trace.schema import CHECK, FOOTER, HEADER, RECORD_TYPES, SCHEMA_VERSION
+from tracediff.trace.schema import (
+    CHECK,
+    FOOTER,
+    HEADER,
+    RECORD_TYPES,
+    SCHEMA_VERSION,
+    CheckRecord,
+    Footer,
+    Header,
+    ScriptError,
+    TraceRecord,
+)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -64,14 +75,14 @@ class Trace:
         if self.path.stat().st_size == 0:
             raise TraceFormatError(f"{self.path}: empty file, not a trace")
         self._lines = _lines(self.path)
-        self.header: dict[str, Any] = self._read_header()
-        self.footer: dict[str, Any] | None = None
+        self.header: Header = self._read_header()
+        self.footer: Footer | None = None
         self.truncated_at: int | None = None  # line number of a half-written line
         # Same-input checks (record/judging/), kept apart: they pair with nothing in the other trace.
-        self.checks: list[dict[str, Any]] = []
+        self.checks: list[CheckRecord] = []
         self._exhausted = False
 
-    def _read_header(self) -> dict[str, Any]:
+    def _read_header(self) -> Header:
         first = next(self._lines, None)
         if first is None:
             raise TraceFormatError(f"{self.path}: empty file, not a trace")
@@ -88,9 +99,9 @@ class Trace:
                 f"{self.path}: trace schema version {schema!r}, this tracediff reads version "
                 f"{SCHEMA_VERSION}; re-record it with this version of tracediff"
             )
-        return header
+        return cast(Header, header)  # a JSON object that says it is one
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[TraceRecord]:
         if self._exhausted:
             raise RuntimeError("a Trace is read once; open it again to re-read")
         for number, text, complete_line in self._lines:
@@ -119,22 +130,22 @@ class Trace:
         return self._exhausted and self.footer is None
 
     @property
-    def failed(self) -> dict[str, Any] | None:
+    def failed(self) -> ScriptError | None:
         """The recorded script's exception, if it raised."""
         return (self.footer or {}).get("error")
 
 
-def read_trace(path: str | Path) -> tuple[Trace, list[dict[str, Any]]]:
+def read_trace(path: str | Path) -> tuple[Trace, list[TraceRecord]]:
     """Read a whole trace into memory: the `Trace` (header, footer) and its records."""
     trace = Trace(path)
     records = list(trace)
     return trace, records
 
 
-def records_at(path: str | Path, indices: Iterable[int]) -> dict[int, dict[str, Any]]:
+def records_at(path: str | Path, indices: Iterable[int]) -> dict[int, TraceRecord]:
     """The records of a trace with these indices, read up to the last of them."""
     wanted = set(indices)
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, TraceRecord] = {}
     if not wanted:
         return found
     for record in Trace(path):
@@ -145,7 +156,7 @@ def records_at(path: str | Path, indices: Iterable[int]) -> dict[int, dict[str, 
     return found
 
 
-def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def iter_records(path: str | Path) -> Iterator[TraceRecord]:
     """Records of a trace file, streamed."""
     yield from Trace(path)
 
@@ -153,7 +164,7 @@ def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
 _FOOTER_TAIL_BYTES = 1 << 20  # a footer is a few KB (its traceback is capped at 8000 characters)
 
 
-def read_footer(path: str | Path) -> dict[str, Any] | None:
+def read_footer(path: str | Path) -> Footer | None:
     """The footer, without parsing the records: the last line of a plain file.
 
     A gzip file has no cheap end, so it is read through. None when the trace
@@ -176,5 +187,5 @@ def read_footer(path: str | Path) -> dict[str, Any] | None:
                 record = parse_line(line.decode("utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError):
                 return None  # half-written last line: cut off
-            return record if isinstance(record, dict) and record.get("t") == FOOTER else None
+            return cast(Footer, record) if isinstance(record, dict) and record.get("t") == FOOTER else None
     return None

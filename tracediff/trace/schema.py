@@ -29,12 +29,14 @@ kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fu
          "in": [buffers read], "out": [buffers written]}
          One launch of an inductor-generated kernel (record/kernels.py).
 check   {"t": "check", "at": seq of the next record, "g": "graph 0", "call": n, "ph": "fw" | "bw", "d": depth, "m": module,
-         "outs": [measurement...], "culprit": {...} (optional)}
+         "outs": [measurement...], "rc": [region name, region call], "culprit": {...}, "site": {"src", "path", "code"},
+         "unjudged": why the call could not be re-run, "no64": why it was judged against eager alone (each optional)}
          One call of a compiled graph judged on its own inputs (record/judging/): each output of the compiled code
          ("out0", an input written in place, "grad of <input>") measured against eager and float64 on the
          same inputs (judge/measure.py's Measurement). `culprit`, on the first wrong call of a graph: the node
          a bisection over the graph's prefixes found ("node", "op", "ops", "src", "path", "code", "m",
-         "steps"; "note" where it could not narrow). Only in a run recorded with the judge on. Readers keep
+         "steps"; "note" where it could not narrow; "unconfirmed"), and `site` the program line that made the call
+         where the search named no op. Only in a run recorded with the judge on. Readers keep
          checks apart from the other records (`Trace.checks`): they take no index, and align with nothing.
 footer  {"t": "footer", "complete": true, "records": n, "ops": n,
          "kernels": n (generated kernel launches recorded: the run executed inductor's code),
@@ -193,6 +195,25 @@ TraceRecord = TypedDict("TraceRecord", {
     "name": str, "site": str | None, "fuses": list[FusedOp],  # kernel (a region's "name" too)
     "ev": str, "r": int, "call": int,  # region
 }, total=False)
+
+
+class CheckRecord(TypedDict, total=False):
+    """One compiled call judged on its own inputs (record/judging/graph.py). Kept apart from the other records
+    (`Trace.checks`): it takes no index and aligns with nothing."""
+
+    t: str  # CHECK
+    at: int  # the index of the record after it
+    d: int
+    m: str | None
+    g: str  # the compiled graph: "graph 0"
+    call: int  # the graph's call number
+    ph: str  # "fw" | "bw" (a compiled backward)
+    outs: list[dict[str, Any]]  # per output, judge/measure.py's Measurement.as_record()
+    rc: list[Any]  # the compiled region's call it ran in: [region name, call number]
+    culprit: dict[str, Any]  # the prefix search's op: "node", "op", "ops", "src", "path", "code", "m", "steps", ...
+    site: dict[str, Any]  # where the search named no op: the program line that made the call, {"src", "path", "code"}
+    unjudged: str  # why the call could not be re-run (then `outs` is empty)
+    no64: str  # why it was judged against eager alone (no float64 reference)
 
 
 class Header(TypedDict, total=False):

@@ -1,6 +1,6 @@
 """Child process entry: run one script under the recorder with one backend.
 
-    python -m tracediff.launch.child --out a.jsonl --recording '{"backend": "inductor"}' script.py -- ARGS...
+    python -m tracediff.child --out a.jsonl --recording '{"backend": "inductor"}' script.py -- ARGS...
 
 The script runs as `__main__` with its own argv and its directory first on
 sys.path, as `python script.py` would. Exit status: 0 when the script
@@ -26,7 +26,7 @@ from tracediff.outputs import rank_path
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tracediff.launch.child")
+    parser = argparse.ArgumentParser(prog="python -m tracediff.child")
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-rank", action="store_true",
                         help="under torch's launcher: write --out with the rank in its name (t.rank1.jsonl)")
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.USAGE
     applier = None
     if recording.fix:
-        from tracediff.record.fix_apply import FixApplier
-        from tracediff.record.fix_changes import decode
+        from tracediff.fix.apply import FixApplier
+        from tracediff.fix.changes import decode
 
         applier = FixApplier(decode(recording.fix))
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         materialize = materialize_all()
     capture = None
     if recording.capture:
-        from tracediff.record.capture import ArgumentCapture
+        from tracediff.repro.capture import ArgumentCapture
 
         capture = ArgumentCapture(set(recording.capture))
     upcast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()

@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 
-from tracediff.op_names import parts
-from tracediff.record.fix_changes import (
+from tracediff.fix.changes import (
     DISABLE_MODULE,
     DROP_DECOMPOSITION,
     DROP_LOWERING,
@@ -28,6 +27,7 @@ from tracediff.record.fix_changes import (
     NO_COMPILE,
     Change,
 )
+from tracediff.op_names import parts
 
 
 def _overload(op: str) -> Any:

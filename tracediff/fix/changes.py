@@ -3,7 +3,7 @@
 A `Change` is plain data (it travels to the child process as JSON). Each kind
 knows three things: its words in the report, how far it reaches (the search
 tries the most local first), and the lines of Python that make the same change
-in the user's own script. `apply` (the child's side) is in record/fix_apply.py.
+in the user's own script. `apply` (the child's side) is in fix/apply.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,105 @@
+"""Whether a pair from the aligner holds one quantity on both sides: the same op on the same arguments,
+or different ops paired on shapes that read agreeing values (a substitution); and whether an input
+of B's record was fed by a record only B runs (then a crossed pair is not one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tracediff.config import Tolerance
+from tracediff.diff.align import SHAPE_TIER
+from tracediff.diff.compare import TensorDiff
+from tracediff.diff.skeleton import chain_op, kernel_origin
+from tracediff.diff.verdict.b_side import BSide, Made
+from tracediff.diff.verdict.comparer import (
+    Comparer,
+    far_apart,
+    pair_tensors,
+)
+from tracediff.op_names import base_op, short
+from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
+
+
+def kernel_named_for(kernel: TraceRecord, ra: TraceRecord) -> bool:
+    """Does a kernel at A's op's line write that op's value? Inductor names a kernel after the aten ops
+    its nodes came from before decomposition (`triton_poi_fused_addmm_22` adds the bias of an `addmm`
+    that became `mm` + `add`), so a kernel at the same line named for A's op computes the same quantity."""
+    if ra["t"] != OP or not ra.get("src") or kernel.get("src") != ra["src"]:
+        return False
+    name = short(ra["op"])
+    return f"_{name}_" in f"_{kernel_origin(str(kernel.get('name', ''))) or ''}_"
+
+
+def same_op(ra: TraceRecord, rb: TraceRecord) -> bool:
+    """Do the two records compute the same op (a kernel: the last op it fuses)?"""
+    if ra["t"] == REGION or rb["t"] == REGION:
+        return ra["t"] == rb["t"]
+    name_b = chain_op(rb)
+    return name_b is not None and base_op(ra.get("op", "")) == base_op(name_b)
+
+
+def tensor_args(record: TraceRecord) -> set[str]:
+    return {t["a"] for t in record.get("in", ()) if t.get("fp") is not None or t.get("uninit")}
+
+
+def inputs_mismatch(ra: TraceRecord, rb: TraceRecord, by_name: bool) -> bool:
+    """Do corresponding inputs differ in dtype or shape (so they cannot be said to agree)?"""
+    xs = [t for t in ra.get("in", ()) if t.get("fp") is not None]
+    ys = [t for t in rb.get("in", ()) if t.get("fp") is not None]
+    return len(xs) != len(ys) or any(ta["dt"] != tb["dt"] or ta["sh"] != tb["sh"] for ta, tb in pair_tensors(xs, ys, by_name))
+
+
+def comparable_pair(ra: TraceRecord, rb: TraceRecord, tier: int, comparer: Comparer, by_name: bool) -> bool:
+    """Is a pair from the aligner evidence enough to compare outputs?
+
+    - Same op, called with different tensor arguments (inductor on CUDA calls
+      `convolution` without its bias and adds the bias in a fused kernel): the
+      outputs are different quantities. In-place and functional forms count as
+      the same op (`add_` vs `add`): a compiled Adam step calls
+      `denom.add(eps / -lr)` with a tensor where eager calls `denom.add_(eps)`.
+    - Different ops paired on shapes alone: only a substitution (cos computed
+      as sin) when both read values that were compared and agree.
+    """
+    if ra["t"] == OP and rb["t"] == OP and base_op(ra["op"]) == base_op(rb["op"]) and (
+            tensor_args(ra) != tensor_args(rb) or inputs_mismatch(ra, rb, by_name)):
+        return False  # the same op on other arguments, or on inputs of other shapes: other quantities
+    if tier == SHAPE_TIER and not same_op(ra, rb):
+        if rb["t"] == KERNEL:
+            return kernel_named_for(rb, ra) and not comparer.reads_the_output_of(rb, ra)
+        substituted, compared_inputs = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name)
+        return bool(compared_inputs) and not substituted
+    return True
+
+
+def fed_by_b_only(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], b_side: BSide, by_name: bool,
+                   tolerance_of: Callable[[Tensor], Tolerance]) -> bool:
+    """Was a differing input of B's record made by a record only B runs (e.g. an op a compiler pass
+    inserted)? A dispatched op; a generated kernel only where B's record is a kernel too (one kernel
+    per op) and the kernel computes an op A never computes at its line, or read A's very input (B
+    computed it, then changed it): fusion leaves many kernels without a partner, and a compiled
+    backward's same-shaped branches (the crossed pairs) are made by such kernels, of ops A runs
+    there too, from other values. Where B's record is an op, a kernel counts when it read A's very input
+    and wrote the same quantity computed otherwise (a pass's `mul` after a weight gradient's `mm`, fused
+    into a kernel, the gradient then read by the eager optimizer)."""
+    args = {d.arg for d in in_diffs}
+    same_quantity = {d.arg for d in in_diffs if not far_apart([d])}
+    kernels_count = rb["t"] == KERNEL
+
+    def changes(made: Made, ta: Tensor) -> bool:
+        if not made.only_b or made.moves:
+            return False
+        if made.kernel is None:
+            return True
+        read_a_value = (kernels_count or ta["a"] in same_quantity) and made.read(ta, tolerance_of(ta))
+        return (kernels_count and made.foreign) or read_a_value
+
+    for ta, tb in pair_tensors(ra.get("in", []), rb.get("in", []), by_name):
+        made = b_side.producer(tb) if ta["a"] in args else None
+        if made is None:
+            continue
+        # A record writing exactly what it read (a batch norm's weight of ones, bias of zeros) passes
+        # a change on: look behind it, to the records B made the value with.
+        if any(changes(m, ta) for m in (b_side.walk_back(tb) if made.moves else [made])):
+            return True
+    return False
