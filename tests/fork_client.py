@@ -1,6 +1,6 @@
 """The test suite's stand-in for a recording child: has tests/fork_server.py fork it, or runs it as given.
 
-    python -I -S tests/fork_client.py SERVER_DIR -- python -m tracediff.launch.child --out t.jsonl ...
+    python -I -S tests/fork_client.py SERVER_DIR -- python -m tracediff.child --out t.jsonl ...
 
 The launcher runs this in place of the child when TRACEDIFF_CHILD_PREFIX says so (tests/recording_forks.py
 sets it). For a recording child, a fork server in SERVER_DIR (torch already imported) forks the recording
@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import Any
 
-CHILD_MODULE = ["-m", "tracediff.launch.child"]
+CHILD_MODULE = ["-m", "tracediff.child"]
 MAX_MESSAGE = 1 << 20  # a request holds the environment and the recording's JSON: a few KiB
 
 

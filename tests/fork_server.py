@@ -7,9 +7,9 @@ A recording child spends ~1.3 s of CPU importing torch and tracediff's recorder 
 child imports before its script ("torch": what every child imports; "inductor": also inductor's compile_fx,
 which a child recording inductor or the script as written imports for record/kernels.py's hooks) and then
 forks one process per request of tests/fork_client.py. The fork becomes what `python -m
-tracediff.launch.child ARGS` in the client's place would have been: the client's stdin, stdout and stderr,
+tracediff.child ARGS` in the client's place would have been: the client's stdin, stdout and stderr,
 working directory, environment, arguments, sys.path[0] and Ctrl-C disposition, a session of its own, the
-random generators of Python and numpy reseeded from the OS, and tracediff.launch.child run as __main__
+random generators of Python and numpy reseeded from the OS, and tracediff.child run as __main__
 (runpy, as -m does); it exits through the interpreter's normal exit (atexit handlers, buffers flushed).
 What a fork shares with the server's other forks: the string hash secret and the address layout.
 
@@ -41,7 +41,7 @@ from typing import Any
 
 from fork_client import receive_message, send_message  # beside this file, which runs as a script
 
-# What a recording child imports before its script, as tracediff/launch/child.py does (tests/test_recording_
+# What a recording child imports before its script, as tracediff/child.py does (tests/test_recording_
 # forks.py checks that a fork's modules at the script's start are a fresh child's).
 TORCH_IMPORTS = ("tracediff.errors", "tracediff.launch.recording", "tracediff.outputs", "tracediff.quiet",
                  "tracediff.record.backends", "tracediff.record.session")
@@ -231,7 +231,7 @@ def _reseed_random_generators() -> None:
 
 
 def _become_the_child(request: Request) -> None:
-    """In the fork: what `python -m tracediff.launch.child ARGS` in the client's place would be at its start."""
+    """In the fork: what `python -m tracediff.child ARGS` in the client's place would be at its start."""
     os.setsid()  # the launcher starts each child in a session of its own
     for target, fd in enumerate(request.fds):
         os.dup2(fd, target)
@@ -241,10 +241,10 @@ def _become_the_child(request: Request) -> None:
     os.environ.update(request.env)
     signal.signal(signal.SIGINT, signal.SIG_IGN if request.ignores_ctrl_c else signal.default_int_handler)
     sys.argv = ["-m", *request.args]  # runpy puts the module's path first, as -m does
-    sys.orig_argv = [sys.executable, "-m", "tracediff.launch.child", *request.args]
+    sys.orig_argv = [sys.executable, "-m", "tracediff.child", *request.args]
     sys.path[0] = request.cwd  # -m puts the working directory first
     _reseed_random_generators()
-    runpy.run_module("tracediff.launch.child", run_name="__main__", alter_sys=True)
+    runpy.run_module("tracediff.child", run_name="__main__", alter_sys=True)
 
 
 def main(argv: list[str]) -> None:
