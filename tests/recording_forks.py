@@ -38,7 +38,8 @@ def wanted() -> bool:
 def _start(sockets: str, name: str, logs: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with open(logs / f"fork-server-{name}.log", "w") as log:
         return subprocess.Popen([sys.executable, str(HERE / "fork_server.py"), socket_path(sockets, name),
-                                 SERVERS[name]], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, env=env)
+                                 SERVERS[name]], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, env=env,
+                                start_new_session=True)  # out of reach of a signal a test sends its own group
 
 
 def wait_until_listening(sockets: str, timeout_s: float = 300) -> None:
