@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,28 @@ def one_inductor_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def recording_forks(one_inductor_cache: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """The session's recording children are forked from servers that imported torch (tests/recording_forks.py).
+    Its value: the folder of the servers' sockets (None: TRACEDIFF_TEST_FORKS=0)."""
+    from tests.recording_forks import forked_recordings, wanted
+
+    if not wanted():
+        yield None
+        return
+    with forked_recordings(tmp_path_factory.mktemp("fork-servers")) as sockets:
+        yield sockets
+
+
+@pytest.fixture(autouse=True)
+def fresh_children(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked `fresh_children` starts its runs' children as a user's run does, not from a fork server."""
+    from tracediff.launch.launcher import CHILD_PREFIX_VARIABLE
+
+    if request.node.get_closest_marker("fresh_children"):
+        monkeypatch.delenv(CHILD_PREFIX_VARIABLE, raising=False)
+
+
 @pytest.fixture(scope="session")
 def run_fixture(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Result]:
     cache: dict[tuple[str, ...], Result] = {}
@@ -111,6 +133,7 @@ LONGEST_FIRST = (
     "test_clean_scripts_aot_eager.py",
     "test_narrow.py",
     "test_distributed_diff.py",
+    "test_multinode.py",
     "test_cli.py",
     "test_bisect.py",
     "test_kernels.py",

@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import Result
 
+# The script's children are the recording's: started as a user's run starts it (tests/recording_forks.py).
+pytestmark = pytest.mark.fresh_children
+
 
 def _lines(trace: str) -> list[dict]:
     return [json.loads(line) for line in Path(trace).read_text().splitlines()]

@@ -84,6 +84,7 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+@pytest.mark.fresh_children  # how the launcher stops and reports its own child
 def test_ctrl_c_exits_130_names_the_partial_trace_and_leaves_no_process(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -120,6 +121,7 @@ def test_ctrl_c_exits_130_names_the_partial_trace_and_leaves_no_process(tmp_path
 # -- a failed script says how it failed ---------------------------------------------------------
 
 
+@pytest.mark.fresh_children  # how the launcher stops and reports its own child
 def test_script_exiting_with_status_2_says_so_with_its_last_lines(tmp_path: Path) -> None:
     result = invoke("run", str(FIXTURES / "train_with_args.py"), "--backends", "eager,aot_eager",
                     "--out-dir", str(tmp_path), "--", "--epochs", "1")
@@ -140,6 +142,7 @@ def test_text_report_of_a_raising_script_names_the_exception(run_fixture) -> Non
     assert f"the script raised {error['type']}: {error['message']}" in render_text(report)
 
 
+@pytest.mark.fresh_children  # how the launcher stops and reports its own child
 def test_script_killed_by_a_signal_names_the_signal(tmp_path: Path) -> None:
     result = invoke("run", str(FIXTURES / "crashes_in_native_code.py"), "--backends", "eager,aot_eager",
                     "--out-dir", str(tmp_path))

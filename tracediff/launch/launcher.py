@@ -8,6 +8,7 @@ relayed live (progress) and kept in a log next to its trace.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,9 @@ INTERRUPT_GRACE_S = 5.0
 # Seconds torch's elastic launcher has, once told to stop (SIGTERM), to stop its ranks: they run in
 # sessions of their own, out of reach of a signal to the launcher's process group.
 LAUNCHER_GRACE_S = 30.0
+# A command each run is started under, its arguments the run's own command line (`nice -n 10`, a profiler; the
+# test suite's fork server client, tests/fork_client.py). It must exit as the run did.
+CHILD_PREFIX_VARIABLE = "TRACEDIFF_CHILD_PREFIX"
 
 
 def _output_tail(log: Path) -> tuple[str, ...]:
@@ -107,9 +111,9 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
         where = recording.nodes.torchrun_args() if recording.nodes is not None else ["--standalone"]
         child = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(recording.nproc),
                  "-m", "tracediff.child", "--per-rank", "--rank-notes", str(notes), "--out", str(trace)]
-    command = [*child, "--recording", recording.to_json(), str(script), "--", *script_args]
-
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    prefix = shlex.split(env.get(CHILD_PREFIX_VARIABLE, ""))
+    command = [*prefix, *child, "--recording", recording.to_json(), str(script), "--", *script_args]
     start = time.perf_counter()
     try:
         with open(log, "w", encoding="utf-8") as log_file:
