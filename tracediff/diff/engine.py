@@ -14,19 +14,20 @@ from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
+from tracediff.trace.compression import estimated_text_bytes
 from tracediff.trace.schema import Header
 
 # Header fields that differ between any two runs and explain nothing.
 _HEADER_NOISE = ("started", "t", "judged", "scope")
 
 
-# Below this size a second process costs more than it saves.
+# Below this size (of JSON lines: a compressed trace's is estimated) a second process costs more than it saves.
 _PARALLEL_BYTES = 64 * 2**20
 
 
 def build_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, Skeleton]:
     """Pass 1 over both files; two large files are read in two processes at once."""
-    sizes = [Path(p).stat().st_size if Path(p).is_file() else 0 for p in (path_a, path_b)]
+    sizes = [estimated_text_bytes(p) if Path(p).is_file() else 0 for p in (path_a, path_b)]
     if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
         return build_skeleton(path_a), build_skeleton(path_b)
     with concurrent.futures.ProcessPoolExecutor(max_workers=1) as pool:

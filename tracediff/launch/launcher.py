@@ -20,7 +20,7 @@ from typing import Any
 from tracediff.errors import ExitCode, Interrupted, UserError
 from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
-from tracediff.outputs import rank_path
+from tracediff.outputs import log_path, rank_path, rank_pattern
 from tracediff.trace.schema import Footer
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
@@ -92,7 +92,7 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                          cwd: str | None = None) -> RunResult:
     """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
     backend, timeout = recording.backend, recording.timeout
-    log = trace.with_suffix("").with_suffix(".log") if trace.suffix == ".gz" else trace.with_suffix(".log")
+    log = log_path(trace)
     child = [sys.executable, "-m", "tracediff.child", "--out", str(trace)]
     ranks: tuple[Path, ...] = ()
     if recording.nproc > 1:
@@ -121,7 +121,7 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
             _kill_group(process, launcher=bool(ranks))
         except KeyboardInterrupt:
             _interrupt_group(process, launcher=bool(ranks))
-            partial = f"{trace.with_suffix('')}.rank*{trace.suffix}" if ranks else str(trace)
+            partial = rank_pattern(trace) if ranks else str(trace)
             raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {partial}") from None
         relay.join(timeout=5)
     failed = process.returncode != 0 or timed_out

@@ -64,7 +64,7 @@ def run_distributed(script: str, script_args: list[str], backends: list[str], co
     if rank_path(Path("t.jsonl")) != Path("t.jsonl"):
         raise UserError("--nproc-per-node launches the ranks itself: run it outside torchrun")
     path = check_script(script)
-    run_dir = RunDir.create(out_dir)
+    run_dir = RunDir.create(out_dir, config.compress)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         outcome = run_ranks(path, script_args, backends, config, run_dir, nproc, echo, narrow_fused)
     outcome = replace(outcome, run_dir=str(run_dir), script=str(path))

@@ -15,6 +15,7 @@ from tracediff.errors import ExitCode, TraceFormatError, UserError
 from tracediff.launch.launcher import record_in_subprocess
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult
+from tracediff.outputs import rank_pattern
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
@@ -23,7 +24,7 @@ def record_run(path: Path, script_args: list[str], backend: str, trace: Path, co
     """Record one run of the script (on `nproc` ranks: one trace per rank, `trace` with the rank in its
     name); a backend that cannot even start is a usage error. `light`: compiled calls only, judged within a
     time budget; `window`: ops (and judged calls) only inside that compiled call (record/scope.py)."""
-    where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if nproc > 1 else str(trace)
+    where = rank_pattern(trace) if nproc > 1 else str(trace)
     on_ranks = f" on {nproc} ranks (torch.distributed.run)" if nproc > 1 else ""
     judged = " (each compiled call judged on its own inputs)" if judge else ""
     if light:
