@@ -21,7 +21,7 @@ from tracediff.trace.compression import ZSTD_MAGIC
 from tracediff.trace.reader import Trace, iter_records, read_footer, read_trace
 from tracediff.trace.schema import SCHEMA_VERSION
 from tracediff.trace.writer import TraceWriter
-from tracediff.trace.zstd_file import read_last_frame
+from tracediff.trace.zstd_file import ZstdTraceFile, read_last_frame
 
 HEADER = {"tracediff": "test", "torch": "2.x", "device": "cpu", "backend": "eager", "command": ["t.py"], "seed": 0}
 
@@ -525,3 +525,23 @@ def test_zstd_writer_in_a_forked_child_leaves_the_parent_trace_intact(tmp_path: 
     writer.close({"ops": 600})
     trace, back = _read(path)
     assert back == [_op(i) for i in range(600)] and trace.footer is not None and trace.footer["ops"] == 600
+
+
+def test_zstd_write_error_is_raised_on_the_recording_thread_and_the_file_is_closed(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """A failure of the writer thread (a full disk) reaches the writer's caller at its next flush or close,
+    as a plain file's write error would, and leaves no thread waiting and no file open."""
+    path = tmp_path / "run.jsonl.zst"
+    writer = TraceWriter(path, HEADER)
+    zst = writer._file
+    assert isinstance(zst, ZstdTraceFile)
+
+    def full_disk(data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(zst, "_stream", type("Full", (), {"write": staticmethod(full_disk)})())
+    for i in range(300):
+        writer.write(_op(i))
+    with pytest.raises(OSError, match="No space left"):
+        writer.close({"ops": 300})
+    assert zst.closed and not zst._writer.is_alive()

@@ -82,6 +82,9 @@ class ZstdTraceFile:
         if self._orphaned or self._raw.closed:
             return
         self._raise_writer_error()
+        self._hand_over()
+
+    def _hand_over(self) -> None:
         if self._batch:
             self._batches.put(b"".join(self._batch))
             self._batch = []
@@ -107,7 +110,7 @@ class ZstdTraceFile:
         """Write every batch and end the records' frame; False where there is nothing to finish."""
         if self._orphaned or self._raw.closed:
             return False
-        self.flush()
+        self._hand_over()
         self._batches.put(None)
         self._writer.join()
         try:
