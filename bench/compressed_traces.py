@@ -2,7 +2,7 @@
 
     python bench/compressed_traces.py sizes TRACE...            # bytes per record: plain, zstd -1 / -3, gzip
     python bench/compressed_traces.py overhead [WORKLOAD...]    # recording cost, plain and .zst sessions taking turns
-    python bench/compressed_traces.py record SCRIPT [ARGS...]   # `tracediff record` to .jsonl and .jsonl.zst, taking turns
+    python bench/compressed_traces.py record SCRIPT [--args='--steps 10']   # `tracediff record` to .jsonl and .jsonl.zst, taking turns
     python bench/compressed_traces.py diff [--records N]        # diff_traces on the synthetic pair, plain against .zst
 
 Each writes a markdown table to stdout (progress to stderr) and its raw numbers to
@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -291,7 +292,8 @@ def section_record(script: str, script_args: list[str], rounds: int) -> dict[str
 def table_record(res: dict[str, Any]) -> str:
     runs = res["runs"]
     ratios = [z["recorded_s"] / p["recorded_s"] for p, z in zip(runs["plain"], runs["zstd -1"])]
-    out = [f"`tracediff record {Path(res['script']).name} {' '.join(res['args'])}`, eager, {res['rounds']} rounds, "
+    command = " ".join([Path(res["script"]).name, *res["args"]])
+    out = [f"`tracediff record {command}`, eager, {res['rounds']} rounds, "
            f"plain and .zst taking turns ({runs['plain'][0]['records']:,} records):", "",
            "| trace | recorded time (footer's elapsed_s), each round | median | CPU of the process, median | size |",
            "|---|---|---:|---:|---:|"]
@@ -299,8 +301,10 @@ def table_record(res: dict[str, Any]) -> str:
         times = [r["recorded_s"] for r in each]
         out.append(f"| {name} | {', '.join(f'{t:.2f}' for t in times)} s | {statistics.median(times):.2f} s | "
                    f"{statistics.median(r['cpu_s'] for r in each):.2f} s | {each[0]['bytes'] / 2**20:.1f} MiB |")
-    out += ["", f"Round by round, .zst / plain: {', '.join(f'{r:.3f}' for r in ratios)} "
-                f"(median {statistics.median(ratios):.3f})."]
+    cpu = [z["cpu_s"] / p["cpu_s"] for p, z in zip(runs["plain"], runs["zstd -1"])]
+    out += ["", f"Round by round, .zst / plain, recorded time: {', '.join(f'{r:.2f}' for r in ratios)} "
+                f"(median {statistics.median(ratios):.3f}); the process's CPU time: "
+                f"{', '.join(f'{r:.2f}' for r in cpu)} (median {statistics.median(cpu):.3f})."]
     return "\n".join(out)
 
 
@@ -382,7 +386,7 @@ def main() -> None:
     diff.add_argument("--repeats", type=int, default=2)
     record = sub.add_parser("record")
     record.add_argument("script")
-    record.add_argument("script_args", nargs="*")
+    record.add_argument("--args", default="", help="the script's arguments, as one string: --args='--steps 10'")
     record.add_argument("--rounds", type=int, default=5)
     child = sub.add_parser("child-diff")
     child.add_argument("a")
@@ -394,7 +398,7 @@ def main() -> None:
     if args.section == "sizes":
         res, table = section_sizes(args.traces, args.repeats), table_sizes
     elif args.section == "record":
-        res, table = section_record(str(Path(args.script).resolve()), args.script_args, args.rounds), table_record
+        res, table = section_record(str(Path(args.script).resolve()), shlex.split(args.args), args.rounds), table_record
     elif args.section == "overhead":
         res, table = section_overhead(args.workloads, args.rounds, args.calls), table_overhead
     else:
