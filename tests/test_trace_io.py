@@ -541,7 +541,14 @@ def test_zstd_write_error_is_raised_on_the_recording_thread_and_the_file_is_clos
 
     monkeypatch.setattr(zst, "_stream", type("Full", (), {"write": staticmethod(full_disk)})())
     for i in range(300):
-        writer.write(_op(i))
+        writer.write(_op(i))  # the flush at 256 hands a batch to the writer thread, which fails on it
+    deadline = time.monotonic() + 10
+    while zst._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(OSError, match="No space left"):  # at the next flush, and the lines since are dropped
+        for i in range(300, 600):
+            writer.write(_op(i))
+    assert zst._batch == []
     with pytest.raises(OSError, match="No space left"):
-        writer.close({"ops": 300})
+        writer.close({"ops": 600})
     assert zst.closed and not zst._writer.is_alive()

@@ -102,9 +102,12 @@ class ZstdTraceFile:
                 self._error = e
 
     def _raise_writer_error(self) -> None:
+        """The writer thread's failure, again at every flush (as a plain file's writes fail on a full disk):
+        the thread writes nothing after it, so the stream is never written to in a broken state, and the lines
+        collected since are dropped rather than kept."""
         if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+            self._batch = []
+            raise self._error
 
     def _finish_records(self) -> bool:
         """Write every batch and end the records' frame; False where there is nothing to finish."""
