@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tracediff
-from tests.conftest import FIXTURES, Result, invoke
+from tests.conftest import FIXTURES, Result, child_command, invoke
 from tracediff.config import Config
+from tracediff.errors import TraceFormatError
 from tracediff.outputs import rank_set
 from tracediff.trace.compression import ZSTD_MAGIC
 from tracediff.trace.reader import Trace, read_footer
@@ -154,3 +157,33 @@ def test_assert_match_keeps_compressed_traces_when_asked(tmp_path: Path) -> None
         tracediff.assert_match(lambda x: torch.cos(x) * 2, (torch.randn(8),), backend=wrong,
                                config=Config(compress=True), trace_dir=tmp_path)
     assert (tmp_path / "a-eager.jsonl.zst").read_bytes()[:4] == ZSTD_MAGIC
+
+
+def test_a_recording_killed_by_a_signal_leaves_a_readable_compressed_trace(tmp_path: Path) -> None:
+    """SIGKILL: no footer, no frame end, the writer thread's queue lost; what the writer thread had written
+    (a block ended every 256 records) reads back, in order, and the trace is reported truncated."""
+    trace = tmp_path / "t.jsonl.zst"
+    child = subprocess.Popen(child_command(trace, FIXTURES / "trains_until_stopped.py", "eager"),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:  # blocks until the script says it is training
+            if "training, pid" in line:
+                break
+        deadline = time.monotonic() + 120
+        while _records_written(trace) < 600 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+    read = Trace(trace)
+    records = list(read)
+    assert read.truncated and read.footer is None and read_footer(trace) is None
+    assert len(records) >= 512 and [r["i"] for r in records] == list(range(len(records)))
+
+
+def _records_written(trace: Path) -> int:
+    try:
+        return sum(1 for _ in Trace(trace))
+    except TraceFormatError:  # not even the header written yet
+        return 0
