@@ -137,7 +137,7 @@ def test_per_rank_compressed_traces_are_found_by_their_set_name(tmp_path: Path) 
 
 
 def test_bisect_with_compress_names_its_traces_jsonl_zst(tmp_path: Path) -> None:
-    result = invoke("bisect", str(FIXTURES / "clean_mlp.py"), "--backend", "aot_eager", "--out-dir", str(tmp_path),
+    result = invoke("bisect", str(FIXTURES / "no_compile.py"), "--backend", "aot_eager", "--out-dir", str(tmp_path),
                     "--format", "json", "--compress")
     assert result.exit_code == 0, result.stderr  # nothing to bisect
     assert [Path(t).name for t in result.report["traces"]] == ["a-eager.jsonl.zst", "b-aot_eager.jsonl.zst"]
