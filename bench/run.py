@@ -21,8 +21,9 @@ Sections:
             configs taking turns block by block. Peak memory comes from a
             fresh subprocess per (workload, config).
   diff      two synthetic 1,000,000-record traces (bench/synth.py; cached under
-            bench/out/) diffed in fresh subprocesses: end to end, and phase by
-            phase (skeletons, align, verdict) with a JSON-parsing breakdown.
+            bench/out/) diffed in fresh subprocesses: end to end (and the same
+            pair as .jsonl.zst, bench/compressed_traces.py), and phase by phase
+            (skeletons, align, verdict) with a JSON-parsing breakdown.
   sequence  bench/bench_sequence.py (align_sequences alone on 1M keys); full run only.
   cuda      bench/gpu.py: plain / tracediff / DebugMode on the GPU sizes, eager and
             inductor, one process per config; skipped without CUDA.
@@ -57,6 +58,8 @@ ROOT = BENCH.parent
 OUT = BENCH / "out"
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
+
+import compressed_traces  # noqa: E402  (bench/compressed_traces.py, beside this file)
 
 SECTIONS = ("overhead", "diff", "sequence", "cuda", "light")
 CONFIGS = ("plain", "tracediff", "debugmode")
@@ -181,6 +184,7 @@ def _trace_facts(path: Path) -> dict[str, Any]:
     footer = json.loads(lines[-1])
     ops = footer.get("ops") or 0
     gz = len(gzip.compress(data, compresslevel=9, mtime=0))  # the level TraceWriter uses for .jsonl.gz
+    zst = compressed_traces.zst_copy(path).stat().st_size  # as TraceWriter writes a .jsonl.zst
     return {
         "ops": ops,
         "records": footer.get("records"),
@@ -188,6 +192,8 @@ def _trace_facts(path: Path) -> dict[str, Any]:
         "gzip_bytes": gz,
         "bytes_per_op": len(data) / ops if ops else None,
         "gzip_bytes_per_op": gz / ops if ops else None,
+        "zstd_bytes": zst,
+        "zstd_bytes_per_op": zst / ops if ops else None,
     }
 
 
@@ -438,11 +444,11 @@ def table_overhead(res: dict[str, Any]) -> str:
                        f"{len(r['in_session_samples_ms']['plain'])} |")
     out.append("")
     out.append("Best of the same repetitions (the least disturbed call of each config), per-op cost and trace size. "
-               "us/op: (config - plain) / ops, on medians. bytes/op: the recorded .jsonl, and gzip -9 of it "
-               "(what a `.jsonl.gz` trace costs), over ops recorded.")
+               "us/op: (config - plain) / ops, on medians. bytes/op: the recorded .jsonl, gzip -9 of it "
+               "(what a `.jsonl.gz` trace costs) and the .jsonl.zst TraceWriter writes, over ops recorded.")
     out.append("")
     out.append("| workload | best ms: plain / tracediff / DebugMode | best: tracediff / plain | best: DebugMode / plain "
-               "| ops: tracediff / DebugMode | us/op: tracediff / DebugMode | trace bytes/op: jsonl / gz |")
+               "| ops: tracediff / DebugMode | us/op: tracediff / DebugMode | trace bytes/op: jsonl / gz / zst |")
     out.append("|---|---:|---:|---:|---:|---:|---:|")
     for r in res["rows"]:
         if r["workload"] == "empty":
@@ -450,7 +456,7 @@ def table_overhead(res: dict[str, Any]) -> str:
         b = r["min_ms"]
         t = r["trace"]
         per_op = " / ".join("-" if r.get(k) is None else f"{r[k]:.0f}" for k in ("tracediff_us_per_op", "debugmode_us_per_op"))
-        bpo = f"{t['bytes_per_op']:.0f} / {t['gzip_bytes_per_op']:.0f}" if t["ops"] else "-"
+        bpo = f"{t['bytes_per_op']:.0f} / {t['gzip_bytes_per_op']:.0f} / {t['zstd_bytes_per_op']:.0f}" if t["ops"] else "-"
         out.append(f"| {r['workload']} | {b['plain']:.2f} / {b['tracediff']:.2f} / {b['debugmode']:.2f} | "
                    f"{ratio(b['tracediff'] / b['plain'])} | {ratio(b['debugmode'] / b['plain'])} | "
                    f"{t['ops']} / {r['debugmode_ops']} | {per_op} | {bpo} |")
@@ -682,6 +688,11 @@ def section_diff(quick: bool, gc_check: bool = False) -> dict[str, Any]:
     log("[diff] diff_traces end to end (fresh subprocess) ...")
     e2e = _run_child(["--child-diff-e2e", a, b])
     log(f"[diff]   {e2e['wall_s']:.1f} s, peak RSS {e2e['rss_peak_mib']:.0f} MiB")
+    log("[diff] the same pair as .jsonl.zst (written once beside it), diff_traces end to end (fresh subprocess) ...")
+    a_zst, b_zst = (compressed_traces.zst_copy(Path(p)) for p in (a, b))
+    e2e_zst = _run_child(["--child-diff-e2e", str(a_zst), str(b_zst)])
+    e2e_zst["bytes"] = [a_zst.stat().st_size, b_zst.stat().st_size]
+    log(f"[diff]   {e2e_zst['wall_s']:.1f} s, peak RSS {e2e_zst['rss_peak_mib']:.0f} MiB")
     log("[diff] phase by phase, then a parse breakdown (fresh subprocess) ...")
     phases = _run_child(["--child-diff-phases", a, b, "--breakdown"])
     log(f"[diff]   {', '.join(f'{k} {v:.1f} s' for k, v in phases['times_s'].items())}")
@@ -696,12 +707,21 @@ def section_diff(quick: bool, gc_check: bool = False) -> dict[str, Any]:
     profile = _run_child(["--child-profile-verdict", str(small / "a.jsonl"), str(small / "b.jsonl")])
     planted = meta["planted"]
     found = []
-    for run in (e2e, phases):
+    for run in (e2e, e2e_zst, phases):
         first = run["first"]
         found.append(bool(first) and first["index_a"] == planted["index_a"] and first["index_b"] == planted["index_b"]
                      and first["kind"] == "output" and first["inputs_agree"])
-    return {"meta": meta, "e2e": e2e, "phases": phases, "phases_gc_off": gc_off, "profile": profile, "profile_records": small_meta["records_a"],
+    return {"meta": meta, "e2e": e2e, "e2e_zst": e2e_zst, "phases": phases, "phases_gc_off": gc_off, "profile": profile, "profile_records": small_meta["records_a"],
             "found_planted": all(found)}
+
+
+def _zst_rows(zst: dict[str, Any] | None, plain: dict[str, Any]) -> list[str]:
+    """The same pair's diff as .jsonl.zst (bench/compressed_traces.py writes the copies), against the plain one."""
+    if not zst:
+        return []
+    return [f"| the same pair as .jsonl.zst (zstd -1, {sum(zst['bytes']) / 2**20:.0f} MiB in all): end to end, wall "
+            f"| {zst['wall_s']:.1f} s ({zst['wall_s'] / plain['wall_s']:.2f}x the plain pair's) |",
+            f"| its CPU time, peak RSS | {zst['cpu_s']:.1f} s, {zst['rss_peak_mib']:.0f} MiB |"]
 
 
 def table_diff(res: dict[str, Any]) -> str:
@@ -729,6 +749,7 @@ def table_diff(res: dict[str, Any]) -> str:
           if e2e.get("children_ru_maxrss_mib") else []),
         f"| throughput | {(na + nb) / e2e['wall_s'] / 1e3:.0f} k records/s, "
         f"{(meta['bytes_a'] + meta['bytes_b']) / 2**20 / e2e['wall_s']:.0f} MiB/s |",
+        *_zst_rows(res.get("e2e_zst"), e2e),
         "",
         ("Phases (a second fresh subprocess making the calls `diff_traces` makes, timed one by one; the skeletons "
          "here one after the other, whereas `diff_traces` builds the two in parallel processes for large files "

@@ -105,3 +105,15 @@ def test_the_judge_and_the_light_mode_are_set_in_the_file_and_overridden_on_the_
     path.write_text("light: 3\n")
     with pytest.raises(UserError, match="light must be bool"):
         load_config(path)
+
+
+def test_compressed_traces_are_asked_for_in_the_file_or_on_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "tracediff.yaml"
+    path.write_text("compress: true\n")
+    config = load_config(path)
+    assert config.compress and not config.with_overrides(compress=False).compress
+    assert config.with_overrides(compress=None).compress
+    assert not Config().compress  # the default: plain .jsonl traces
+    path.write_text("compress: zstd\n")
+    with pytest.raises(UserError, match="compress must be bool"):
+        load_config(path)

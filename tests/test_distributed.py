@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from tracediff.outputs import rank_path
+from tracediff.outputs import rank_path, rank_pattern
 from tracediff.trace.reader import Trace, read_footer
 
 
@@ -20,6 +20,8 @@ def test_a_rank_writes_a_trace_named_for_it() -> None:
     launch = {"RANK": "1", "WORLD_SIZE": "2"}
     assert rank_path(Path("out/t.jsonl"), launch) == Path("out/t.rank1.jsonl")
     assert rank_path(Path("t.jsonl.gz"), launch) == Path("t.rank1.jsonl.gz")
+    assert rank_path(Path("run/a-eager.jsonl.zst"), launch) == Path("run/a-eager.rank1.jsonl.zst")
+    assert rank_pattern(Path("run/a-eager.jsonl.zst")) == str(Path("run/a-eager.rank*.jsonl.zst"))
     assert rank_path(Path("trace"), launch) == Path("trace.rank1")
     assert rank_path(Path("t.jsonl"), {"RANK": "0", "WORLD_SIZE": "1"}) == Path("t.jsonl")
     assert rank_path(Path("t.jsonl"), {}) == Path("t.jsonl")

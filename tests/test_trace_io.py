@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import math
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 from tracediff.errors import TraceFormatError, UserError
+from tracediff.trace.compression import ZSTD_MAGIC
 from tracediff.trace.reader import Trace, iter_records, read_footer, read_trace
 from tracediff.trace.schema import SCHEMA_VERSION
 from tracediff.trace.writer import TraceWriter
+from tracediff.trace.zstd_file import ZstdTraceFile, read_last_frame
 
 HEADER = {"tracediff": "test", "torch": "2.x", "device": "cpu", "backend": "eager", "command": ["t.py"], "seed": 0}
 
@@ -51,7 +59,7 @@ def _expect_error(path: Path, *phrases: str) -> str:
 # -- round trips ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz", "run.jsonl.zst"])
 def test_round_trip(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     records = [_op(i) for i in range(600)]  # past the writer's flush interval
@@ -283,7 +291,7 @@ def test_errors_are_user_errors(tmp_path: Path) -> None:
 # -- cut-off files: read what is there, report truncated ---------------------------------
 
 
-@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz", "run.jsonl.zst"])
 def test_abandoned_writer(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     writer = TraceWriter(path, HEADER)
@@ -354,7 +362,22 @@ def test_gzip_cut_before_the_header(tmp_path: Path, keep: int) -> None:
     _expect_error(path)
 
 
-@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+def _read_flushed(path: Path, records: int) -> tuple[Trace, list[dict[str, Any]]]:
+    """The file read once it holds `records` records: a .zst's writer thread writes a flushed batch a moment
+    after the flush (at once for the other kinds)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            trace, back = _read(path)
+        except TraceFormatError:  # not even the header written yet
+            trace, back = None, []
+        if (trace is not None and len(back) >= records) or time.monotonic() > deadline:
+            assert trace is not None
+            return trace, back
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz", "run.jsonl.zst"])
 def test_flushed_records_readable_while_writer_is_open(tmp_path: Path, name: str) -> None:
     """What a killed process leaves behind: everything up to the last periodic flush."""
     path = tmp_path / name
@@ -362,7 +385,7 @@ def test_flushed_records_readable_while_writer_is_open(tmp_path: Path, name: str
     try:
         for i in range(300):
             writer.write(_op(i))
-        trace, records = _read(path)
+        trace, records = _read_flushed(path, 256)
         assert trace.truncated
         assert 256 <= len(records) <= 300
         assert records == [_op(i) for i in range(len(records))]
@@ -370,7 +393,7 @@ def test_flushed_records_readable_while_writer_is_open(tmp_path: Path, name: str
         writer.abandon()
 
 
-@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz"])
+@pytest.mark.parametrize("name", ["run.jsonl", "run.jsonl.gz", "run.jsonl.zst"])
 def test_footer_read_without_the_records_matches_a_full_read(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     _write(path, [_op(i) for i in range(50)], {"ops": 50, "local_modules": [{"name": "m", "file": "m.py"}]})
@@ -386,3 +409,146 @@ def test_footer_of_a_cut_off_trace_is_none(tmp_path: Path) -> None:
     for cut in (data[: len(data) // 2], data[:-20]):  # mid-records; mid-footer
         path.write_bytes(cut)
         assert read_footer(path) is None
+
+
+# -- zstd: `.jsonl.zst` -------------------------------------------------------------------------
+
+
+def test_zst_is_zstd_with_the_footer_in_a_frame_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl.zst"
+    _write(path, [_op(i) for i in range(600)], {"ops": 600})
+    assert path.read_bytes()[:4] == ZSTD_MAGIC
+    footer = read_last_frame(path)
+    assert footer is not None and json.loads(footer) == dict(json.loads(footer), t="footer", ops=600, records=600)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/zstd").exists() and shutil.which("zstd") is None, reason="no zstd binary")
+def test_zst_reads_with_the_zstd_tool_as_the_plain_trace(tmp_path: Path) -> None:
+    """`zstd -dc` (what zstdcat runs) gives the plain trace's very lines: the footer's frame is one more
+    frame, the index a skippable frame that every decoder passes over."""
+    plain, zst = tmp_path / "run.jsonl", tmp_path / "run.jsonl.zst"
+    records = [_op(i) for i in range(1000)]
+    _write(plain, records, {"ops": 1000})
+    _write(zst, records, {"ops": 1000})
+    tool = "/usr/bin/zstd" if Path("/usr/bin/zstd").exists() else str(shutil.which("zstd"))
+    decoded = subprocess.run([tool, "-dc", str(zst)], capture_output=True, check=True).stdout
+    assert decoded == plain.read_bytes()
+    assert len(zst.read_bytes()) * 5 < len(decoded)
+
+
+def test_zstd_detected_by_content_not_name(tmp_path: Path) -> None:
+    zst = tmp_path / "run.jsonl.zst"
+    _write(zst, [_op(0), _op(1)])
+    renamed = tmp_path / "run.jsonl"
+    renamed.write_bytes(zst.read_bytes())
+    trace, back = _read(renamed)
+    assert [r["i"] for r in back] == [0, 1]
+    assert not trace.truncated
+    assert read_footer(renamed) == trace.footer
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.5, 0.9])
+def test_zstd_cut_in_the_middle(tmp_path: Path, fraction: float) -> None:
+    """A run killed mid-way leaves a stream that stops anywhere: what decodes stands, the trace is truncated."""
+    path = tmp_path / "run.jsonl.zst"
+    records = [_op(i) for i in range(3000)]
+    _write(path, records)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.jsonl.zst"
+    cut.write_bytes(data[: int(len(data) * fraction)])
+    trace, back = _read(cut)
+    assert trace.truncated and trace.footer is None
+    assert 0 < len(back) < len(records)
+    assert back == records[: len(back)]  # a prefix, nothing invented
+    assert read_footer(cut) is None
+
+
+@pytest.mark.parametrize("keep", [4, 12])
+def test_zstd_cut_before_the_header(tmp_path: Path, keep: int) -> None:
+    path = tmp_path / "run.jsonl.zst"
+    _write(path, [_op(0)])
+    path.write_bytes(path.read_bytes()[:keep])
+    _expect_error(path, "empty")
+
+
+def test_zstd_without_its_footer_frame_is_truncated(tmp_path: Path) -> None:
+    """Cut exactly where the records' frame ends: a complete zstd file, no footer."""
+    path = tmp_path / "run.jsonl.zst"
+    _write(path, [_op(i) for i in range(10)])
+    last = read_last_frame(path)
+    assert last is not None
+    data = path.read_bytes()
+    offset = int.from_bytes(data[-16:-8], "little")  # the index: the footer frame's offset, then a tag
+    path.write_bytes(data[:offset])
+    trace, back = _read(path)
+    assert len(back) == 10 and trace.truncated and read_footer(path) is None
+
+
+def test_zstd_footer_without_the_index_is_read_through(tmp_path: Path) -> None:
+    """A .zst made by another tool (`zstd run.jsonl`) has no index: the footer is found by reading it all."""
+    plain = tmp_path / "run.jsonl"
+    _write(plain, [_op(i) for i in range(50)], {"ops": 50})
+    other = tmp_path / "other.jsonl.zst"
+    other.write_bytes(zstandard.ZstdCompressor().compress(plain.read_bytes()))
+    assert read_last_frame(other) is None
+    assert read_footer(other) == read_footer(plain)
+    assert read_footer(other) is not None and read_footer(other)["ops"] == 50
+
+
+def test_zstd_writer_in_a_forked_child_leaves_the_parent_trace_intact(tmp_path: Path) -> None:
+    """The compressor's worker thread stays in the parent: a child that flushed or closed it (even at its
+    exit, freeing it) would wait for that thread forever. Silenced, it writes nothing and exits at once."""
+    path = tmp_path / "run.jsonl.zst"
+    writer = TraceWriter(path, HEADER)
+    for i in range(300):
+        writer.write(_op(i))
+    pid = os.fork()
+    if pid == 0:  # the child: what a forked DataLoader worker or an os.fork()-ed script might do
+        try:
+            writer.silence_in_child()
+            writer.write(_op(999))
+            writer.flush()
+            writer.close({"ops": 999})
+            del writer
+            gc.collect()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the forked child hung"
+    for i in range(300, 600):
+        writer.write(_op(i))
+    writer.close({"ops": 600})
+    trace, back = _read(path)
+    assert back == [_op(i) for i in range(600)] and trace.footer is not None and trace.footer["ops"] == 600
+
+
+def test_zstd_write_error_is_raised_on_the_recording_thread_and_the_file_is_closed(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """A failure of the writer thread (a full disk) reaches the writer's caller at its next flush or close,
+    as a plain file's write error would, and leaves no thread waiting and no file open."""
+    path = tmp_path / "run.jsonl.zst"
+    writer = TraceWriter(path, HEADER)
+    zst = writer._file
+    assert isinstance(zst, ZstdTraceFile)
+
+    def full_disk(data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(zst, "_stream", type("Full", (), {"write": staticmethod(full_disk)})())
+    for i in range(300):
+        writer.write(_op(i))  # the flush at 256 hands a batch to the writer thread, which fails on it
+    deadline = time.monotonic() + 10
+    while zst._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(OSError, match="No space left"):  # at the next flush, and the lines since are dropped
+        for i in range(300, 600):
+            writer.write(_op(i))
+    assert zst._batch == []
+    with pytest.raises(OSError, match="No space left"):
+        writer.close({"ops": 600})
+    assert zst.closed and not zst._writer.is_alive()

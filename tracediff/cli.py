@@ -42,6 +42,9 @@ def _run_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="where traces and report go [default: .tracediff/<time>/]"),
         click.option("--timeout", type=float, default=None, help="seconds per run before it is killed [default: 900]"),
         click.option("--seed", type=int, default=None, help="seed for torch, random and numpy in every run [default: 0]"),
+        click.option("--compress/--no-compress", default=None,
+                     help="write the run directory's traces zstd-compressed (a-eager.jsonl.zst), about 7x smaller; "
+                          "every command reads them as plain ones [default: off, or tracediff.yaml's compress]"),
     ]):
         f = option(f)
     return f
@@ -179,7 +182,7 @@ def cli() -> None:
 @cli.command(cls=_ScriptCommand)
 @click.argument("script", type=click.Path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="trace.jsonl", show_default=True,
-              help="trace file to write (.jsonl or .jsonl.gz)")
+              help="trace file to write (.jsonl; .jsonl.zst or .jsonl.gz: compressed)")
 @click.option("--backend", default=None, help="redirect the script's torch.compile to this backend [default: as written]")
 @click.option("--seed", type=int, default=None, help="seed for torch, random and numpy [default: 0, or the config's]")
 @click.option("--exact", is_flag=True, default=None, help="also record a bitwise hash of every tensor")
@@ -311,7 +314,7 @@ def nan(traces: tuple[str, ...], fmt: str) -> None:
 @_FORMAT
 @_report_file_options
 def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | None, out_dir: str | None,
-        timeout: float | None, seed: int | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
+        timeout: float | None, seed: int | None, compress: bool | None, fallback_random: bool | None, narrow: bool, calibrate: bool,
         same_inputs: bool | None, light: bool | None, nproc: int, nnodes: str | None, node_rank: int | None,
         rdzv_endpoint: str | None, rdzv_backend: str | None, rdzv_id: str | None, rtol: float | None,
         atol: float | None, config_path: str | None, strict_structure: bool | None, exact: bool | None, fmt: str,
@@ -345,7 +348,7 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
                           timeout=timeout, seed=seed, fallback_random=fallback_random, same_inputs=same_inputs,
-                          light=light)
+                          light=light, compress=compress)
     single = nproc == 1 and nodes is None and is_single_comparison(backends, repeat)
     sample = AlignmentSample() if html and single else None
     outcome = run_script(script, list(script_args), backends, config, out_dir, _echo_err, repeat=repeat,
@@ -364,7 +367,7 @@ def run(script: str, script_args: tuple[str, ...], backends: str, repeat: int | 
 @_tolerance_options
 @_FORMAT
 def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str | None, timeout: float | None,
-           seed: int | None, rtol: float | None, atol: float | None, config_path: str | None,
+           seed: int | None, compress: bool | None, rtol: float | None, atol: float | None, config_path: str | None,
            strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
     """Find the compiler stage that changes SCRIPT's numbers, with torch's CompilerBisector.
 
@@ -386,7 +389,7 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
     check_bisectable(backend)
     parse_backends(f"eager,{backend}", script)
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
-                          timeout=timeout, seed=seed)
+                          timeout=timeout, seed=seed, compress=compress)
     report = bisect_script(script, list(script_args), backend, config, out_dir, _echo_err).to_json()
     _echo_err(f"tracediff: traces and report in {report['run_dir']}")
     sys.exit(_emit(report, fmt))
@@ -402,7 +405,7 @@ def bisect(script: str, script_args: tuple[str, ...], backend: str, out_dir: str
 @_tolerance_options
 @_FORMAT
 def fix(script: str, script_args: tuple[str, ...], backend: str, max_runs: int, out_dir: str | None,
-        timeout: float | None, seed: int | None, rtol: float | None, atol: float | None, config_path: str | None,
+        timeout: float | None, seed: int | None, compress: bool | None, rtol: float | None, atol: float | None, config_path: str | None,
         strict_structure: bool | None, exact: bool | None, fmt: str) -> None:
     """Find the cheapest change to the compile that makes SCRIPT's numbers match eager again.
 
@@ -428,7 +431,7 @@ def fix(script: str, script_args: tuple[str, ...], backend: str, max_runs: int, 
     if backend == "eager":
         raise UserError("fix: --backend must be a compile backend (inductor, aot_eager, ...), not eager")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact,
-                          timeout=timeout, seed=seed)
+                          timeout=timeout, seed=seed, compress=compress)
     result = fix_script(script, list(script_args), backend, config, out_dir, _echo_err, max_runs=max_runs,
                         timeout=timeout)
     report = result.to_json()

@@ -23,6 +23,7 @@ take precedence over the dtype defaults, most specific first.
     noise_factor: 10       # --calibrate: allowed multiple of each op's measured noise
     same_inputs: true      # run: judge each compiled call on its own inputs (--no-same-inputs: traces only)
     light: false           # run: long runs: record compiled calls only, judge within a time budget (--light)
+    compress: false        # run, bisect, fix: the run directory's traces zstd-compressed, a-eager.jsonl.zst (--compress)
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class Config:
     # `tracediff run --light`, for long runs: no op recorded, only compiled calls and the judge's checks, the calls
     # judged within a time budget (record/judging/policy.py); ops recorded in depth around the first wrong call.
     light: bool = False
+    # `tracediff run/bisect/fix --compress`: the traces of the run directory written as .jsonl.zst (outputs.RunDir).
+    compress: bool = False
 
     def tolerance_for(self, dtype: str, op: str, module: str | None, device: str = "cpu") -> Tolerance:
         """The tolerance a tensor of `dtype` on `device`, from `op` in `module`, is judged by."""
@@ -134,7 +137,7 @@ def _module_matches(module: str, prefix: str) -> bool:
 
 
 _TOP_KEYS = {"tolerances", "ops", "modules", "ignore", "strict_structure", "seed", "fallback_random", "timeout", "exact",
-             "noise_factor", "same_inputs", "light"}
+             "noise_factor", "same_inputs", "light", "compress"}
 
 
 def load_config(path: str | os.PathLike[str] | None) -> Config:
@@ -185,7 +188,7 @@ def _parse(data: dict[str, Any], where: str) -> Config:
     scalars: dict[str, Any] = {}
     for key, kind in (("strict_structure", bool), ("exact", bool), ("fallback_random", bool), ("seed", int),
                       ("timeout", (int, float)), ("noise_factor", (int, float)), ("same_inputs", bool),
-                      ("light", bool)):
+                      ("light", bool), ("compress", bool)):
         if key in data:
             value = data[key]
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

@@ -65,16 +65,39 @@ def _probe(directory: Path, what: str) -> None:
         raise UserError(f"{what}: cannot write in {directory} ({_reason(e)})") from None
 
 
+# The name ends of a trace: plain, or compressed as the last suffix says (trace/compression.py).
+TRACE_SUFFIX = ".jsonl"
+COMPRESSED_TRACE_SUFFIX = ".jsonl.zst"  # what `--compress` writes
+TRACE_SUFFIXES = (".jsonl.gz", COMPRESSED_TRACE_SUFFIX, TRACE_SUFFIX)
+
+
 def rank_path(path: Path, environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
-    """`t.jsonl` -> `t.rank1.jsonl` in rank 1 of a distributed launch (torchrun sets RANK and WORLD_SIZE):
-    every rank writes a trace of its own. Unchanged outside one, or with one process."""
+    """`t.jsonl` -> `t.rank1.jsonl` (`t.jsonl.zst` -> `t.rank1.jsonl.zst`) in rank 1 of a distributed launch
+    (torchrun sets RANK and WORLD_SIZE): every rank writes a trace of its own. Unchanged outside one, or with
+    one process."""
     env = os.environ if environ is None else environ
     if int(env.get("WORLD_SIZE", "1") or 1) <= 1:
         return path
-    rank = int(env.get("RANK", "0") or 0)
+    return _with_rank(path, str(int(env.get("RANK", "0") or 0)))
+
+
+def rank_pattern(path: Path) -> str:
+    """The per-rank traces of `path`, as a shell pattern: `t.rank*.jsonl.zst`."""
+    return str(_with_rank(path, "*"))
+
+
+def _with_rank(path: Path, rank: str) -> Path:
     name = path.name
     stem, dot, suffixes = name.partition(".")
     return path.with_name(f"{stem}.rank{rank}{dot}{suffixes}" if dot else f"{name}.rank{rank}")
+
+
+def log_path(trace: Path) -> Path:
+    """The log kept beside a trace: `a-eager.jsonl` (or `.jsonl.gz`, `.jsonl.zst`) -> `a-eager.log`."""
+    for suffix in TRACE_SUFFIXES:
+        if trace.name.endswith(suffix) and trace.name != suffix:
+            return trace.with_name(trace.name[: -len(suffix)] + ".log")
+    return trace.with_suffix(".log")
 
 
 _RANK_FILE = re.compile(r"^(?P<stem>.+?)\.rank(?P<rank>\d+)(?P<rest>(\..*)?)$")
@@ -136,46 +159,53 @@ class RunDir:
         bisect-007.jsonl                    `tracediff bisect`'s trials (deleted once judged)
         fix-03.jsonl, fix-03-eager.jsonl    `tracediff fix`'s attempts; timing-<label>.json(l) its timings
         report.json, report.txt             `tracediff run`'s report; fix.json, fix.txt `tracediff fix`'s
+
+    With `compress` (`--compress`, `compress: true`), every trace recorded there is zstd-compressed,
+    `a-eager.jsonl.zst` and so on: a command given a RunDir writes what it says, whichever it is.
     """
 
     path: Path
+    compress: bool = False
 
     @classmethod
-    def create(cls, base: str | os.PathLike[str] | None) -> RunDir:
+    def create(cls, base: str | os.PathLike[str] | None, compress: bool = False) -> RunDir:
         """As given, or .tracediff/<timestamp>/ (unique); UserError if it cannot be written."""
         if base is not None:
-            return cls(ensure_dir(base, "--out-dir"))
+            return cls(ensure_dir(base, "--out-dir"), compress)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         path = Path(".tracediff") / stamp
         suffix = 1
         while path.exists():
             path = Path(".tracediff") / f"{stamp}-{suffix}"
             suffix += 1
-        return cls(ensure_dir(path, "output directory"))
+        return cls(ensure_dir(path, "output directory"), compress)
 
     def __str__(self) -> str:
         return str(self.path)
 
+    def _trace_file(self, stem: str) -> Path:
+        return self.path / (stem + (COMPRESSED_TRACE_SUFFIX if self.compress else TRACE_SUFFIX))
+
     def trace(self, slot: str, backend: str | None) -> Path:
-        return self.path / f"{trace_name(slot, backend)}.jsonl"
+        return self._trace_file(trace_name(slot, backend))
 
     def calls_trace(self, slot: str, backend: str | None) -> Path:
-        return self.path / f"{trace_name(slot, backend)}.calls.jsonl"
+        return self._trace_file(f"{trace_name(slot, backend)}.calls")
 
     def unfused_trace(self, backend: str | None) -> Path:
-        return self.path / f"{trace_name('c', backend)}-unfused.jsonl"
+        return self._trace_file(f"{trace_name('c', backend)}-unfused")
 
     def float64_trace(self, backend: str | None) -> Path:
-        return self.path / f"{trace_name('n', backend)}-float64.jsonl"
+        return self._trace_file(f"{trace_name('n', backend)}-float64")
 
     def bisect_trace(self, step: int) -> Path:
-        return self.path / f"bisect-{step:03d}.jsonl"
+        return self._trace_file(f"bisect-{step:03d}")
 
     def fix_trace(self, attempt: int, eager: bool = False) -> Path:
-        return self.path / f"fix-{attempt:02d}{'-eager' if eager else ''}.jsonl"
+        return self._trace_file(f"fix-{attempt:02d}{'-eager' if eager else ''}")
 
     def timing(self, label: str) -> tuple[Path, Path]:
-        """A timing run's times and its (unrecorded) trace path."""
+        """A timing run's times and its (unrecorded, so never compressed) trace path."""
         return self.path / f"timing-{label}.json", self.path / f"timing-{label}.jsonl"
 
     @property

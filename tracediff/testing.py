@@ -94,7 +94,8 @@ def assert_match(
     resolved = _backend(backend)
     directory = Path(trace_dir) if trace_dir is not None else Path(tempfile.mkdtemp(prefix="tracediff-"))
     directory.mkdir(parents=True, exist_ok=True)
-    traces = [RunDir(directory).trace("a", "eager"), RunDir(directory).trace("b", resolved.name)]
+    run_dir = RunDir(directory, settings.compress)
+    traces = [run_dir.trace("a", "eager"), run_dir.trace("b", resolved.name)]
     record_call(traces[0], fn, args, _backend("eager"), seed)
     record_call(traces[1], fn, args, resolved, seed)
     report = decide(diff_traces(traces[0], traces[1], settings), [str(t) for t in traces], settings).to_json()

@@ -16,13 +16,14 @@ from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
+from tracediff.trace.compression import estimated_text_bytes
 from tracediff.trace.schema import Header
 
 # Header fields that differ between any two runs and explain nothing.
 _HEADER_NOISE = ("started", "t", "judged", "scope")
 
 
-# Below this size a second process costs more than it saves.
+# Below this size (of JSON lines: a compressed trace's is estimated) a second process costs more than it saves.
 _PARALLEL_BYTES = 64 * 2**20
 
 
@@ -30,7 +31,7 @@ def build_skeletons(path_a: str | Path, path_b: str | Path, spill: Path | None =
     """Pass 1 over both files; two large files are read in two processes at once. With `spill`, a folder:
     the keys of long traces go to files there (skeleton.py)."""
     spill_a, spill_b = (spill / "a", spill / "b") if spill is not None else (None, None)
-    sizes = [Path(p).stat().st_size if Path(p).is_file() else 0 for p in (path_a, path_b)]
+    sizes = [estimated_text_bytes(p) if Path(p).is_file() else 0 for p in (path_a, path_b)]
     if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return build_skeleton(path_a, spill_a), build_skeleton(path_b, spill_b)
     # Forked, not spawned: the keys hash strings, and a fresh interpreter hashes them with another secret.

@@ -32,7 +32,7 @@ from tracediff.fix.plan import plan
 from tracediff.launch.launcher import check_script, record_in_subprocess
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult, Verdict
-from tracediff.outputs import RunDir
+from tracediff.outputs import RunDir, log_path
 from tracediff.record.call_timer import ms_per_call
 from tracediff.run.pipeline import run_and_diff
 from tracediff.run.recording import compare_runs
@@ -207,7 +207,7 @@ class _Search:
 
 def _reference_run(trace: Path) -> RunResult:
     """The eager run the diagnosis recorded, as `compare_runs` takes it."""
-    return RunResult("eager", trace, trace.with_suffix(".log"), 0, False, 0.0)
+    return RunResult("eager", trace, log_path(trace), 0, False, 0.0)
 
 
 def fix_script(script: str, script_args: list[str], backend: str, config: Config, out_dir: str | None,
@@ -226,7 +226,7 @@ def fix_script(script: str, script_args: list[str], backend: str, config: Config
                 *outcome.notes, f"no divergence between eager and {backend}: nothing to fix{rounding}")))
         if outcome.verdict is not Verdict.DIVERGED or outcome.first_divergence is None:
             return result
-        run_dir = RunDir(Path(str(outcome.run_dir)))
+        run_dir = RunDir(Path(str(outcome.run_dir)), config.compress)
         with interrupt_keeps(f"the diagnosis and the changes tried so far are in {run_dir}"):
             return _search(result, path, script_args, config, run_dir, echo, max_runs, timeout)
 

@@ -26,7 +26,7 @@ from tracediff.launch.nodes import Nodes
 from tracediff.launch.rank_notes import RankNote, read_notes
 from tracediff.launch.recording import Recording
 from tracediff.outcome import RunResult
-from tracediff.outputs import rank_path
+from tracediff.outputs import log_path, rank_path, rank_pattern
 from tracediff.trace.schema import Footer
 
 # How many lines of a failed run's output the report repeats (its log keeps all of it).
@@ -101,7 +101,7 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                          cwd: str | None = None) -> RunResult:
     """Run `script` under the recorder as `recording` says, writing `trace`; never raises for script failures."""
     backend, timeout = recording.backend, recording.timeout
-    log = log_path(trace, recording.nodes)
+    log = _log_path(trace, recording.nodes)
     notes = Path(tempfile.mkdtemp(prefix="tracediff-ranks-")) if recording.launched else None
     child = [sys.executable, "-m", "tracediff.child", "--out", str(trace)]
     if notes is not None:
@@ -131,7 +131,7 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                 _kill_group(process, launcher=notes is not None)
             except KeyboardInterrupt:
                 _interrupt_group(process, launcher=notes is not None)
-                partial = f"{trace.with_suffix('')}.rank*{trace.suffix}" if notes is not None else str(trace)
+                partial = rank_pattern(trace) if notes is not None else str(trace)
                 raise Interrupted(f"the partial trace of backend {backend or 'as written'} is {partial}") from None
             relay.join(timeout=5)
         failed = process.returncode != 0 or timed_out
@@ -146,11 +146,11 @@ def record_in_subprocess(script: Path, script_args: list[str], recording: Record
                      error=_footer_error(trace) if failed else None, output_tail=_output_tail(log) if failed else ())
 
 
-def log_path(trace: Path, nodes: Nodes | None = None) -> Path:
-    """`t.log` beside `t.jsonl` (or `t.jsonl.gz`); `t.node1.log` for node 1 of a job on several nodes, whose
+def _log_path(trace: Path, nodes: Nodes | None = None) -> Path:
+    """`t.log` beside `t.jsonl` (outputs.log_path); `t.node1.log` for node 1 of a job on several nodes, whose
     output folder the nodes may share."""
-    base = trace.with_suffix("") if trace.suffix == ".gz" else trace
-    return base.with_suffix(f".node{nodes.node_rank}.log" if nodes is not None else ".log")
+    log = log_path(trace)
+    return log.with_suffix(f".node{nodes.node_rank}.log") if nodes is not None else log
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,7 @@ def run_distributed(script: str, script_args: list[str], backends: list[str], co
     `report.node<N>.json` on node N of several (the nodes may share the directory)."""
     refuse_inside_a_rank("--nnodes" if nodes is not None else "--nproc-per-node")
     path = check_script(script)
-    run_dir = RunDir.create(out_dir)
+    run_dir = RunDir.create(out_dir, config.compress)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         outcome = run_ranks(path, script_args, backends, config, run_dir, nproc, echo, narrow_fused, nodes)
     outcome = replace(outcome, run_dir=str(run_dir), script=str(path))

@@ -109,7 +109,7 @@ def run_and_diff(
     `sample`, if given, collects a bounded view of the alignment (for `--html`).
     """
     path = check_script(script)
-    run_dir = RunDir.create(out_dir)
+    run_dir = RunDir.create(out_dir, config.compress)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         return _run_and_diff(path, script_args, backends, config, run_dir, echo, narrow_fused, calibrate, sample)
 
@@ -181,7 +181,7 @@ def bisect_script(
         outcome = replace(outcome, notes=(*outcome.notes, f"no divergence between eager and {backend}: nothing to bisect"))
     if outcome.verdict is not Verdict.DIVERGED:
         return outcome
-    run_dir = RunDir(Path(str(outcome.run_dir)))
+    run_dir = RunDir(Path(str(outcome.run_dir)), config.compress)
     with interrupt_keeps(f"the traces and report of eager vs {backend} are in {run_dir}; the bisection was cut short"):
         return _bisect(outcome, script, script_args, backend, config, run_dir, echo)
 

@@ -16,6 +16,7 @@ from tracediff.launch.launcher import record_in_subprocess
 from tracediff.launch.nodes import Nodes
 from tracediff.launch.recording import Recording
 from tracediff.outcome import Outcome, RunResult
+from tracediff.outputs import rank_pattern
 
 
 def record_run(path: Path, script_args: list[str], backend: str, trace: Path, config: Config,
@@ -27,7 +28,7 @@ def record_run(path: Path, script_args: list[str], backend: str, trace: Path, co
     error. `light`: compiled calls only, judged within a time budget; `window`: ops (and judged calls) only
     inside that compiled call (record/scope.py)."""
     launched = nproc > 1 or nodes is not None
-    where = f"{trace.with_suffix('')}.rank*{trace.suffix}" if launched else str(trace)
+    where = rank_pattern(trace) if launched else str(trace)
     on_ranks = f" on {nproc} ranks (torch.distributed.run)" if launched else ""
     if nodes is not None:
         on_ranks = (f" on {nproc} rank{'s' if nproc > 1 else ''} of node {nodes.node_rank} of {nodes.nnodes} "

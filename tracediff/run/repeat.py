@@ -53,7 +53,7 @@ def run_repeated(
     narrow_fused: bool = True,
 ) -> Outcome:
     path = check_script(script)
-    run_dir = RunDir.create(out_dir)
+    run_dir = RunDir.create(out_dir, config.compress)
     with interrupt_keeps(f"the traces recorded so far are in {run_dir}"):
         return _run_repeated(path, script_args, backends, repeat, config, run_dir, echo, narrow_fused)
 

@@ -7,16 +7,15 @@ off (no footer, or a half-written last line).
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import orjson
 
 from tracediff.errors import TraceFormatError
+from tracediff.trace.compression import CUT_OFF_ERRORS, Compression, compression_of_file, open_text
 from tracediff.trace.schema import (
     CHECK,
     FOOTER,
@@ -29,8 +28,7 @@ from tracediff.trace.schema import (
     ScriptError,
     TraceRecord,
 )
-
-_GZIP_MAGIC = b"\x1f\x8b"
+from tracediff.trace.zstd_file import read_last_frame
 
 
 def parse_line(text: str) -> Any:
@@ -43,22 +41,14 @@ def parse_line(text: str) -> Any:
         return json.loads(text)
 
 
-def _open_text(path: Path) -> IO[str]:
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == _GZIP_MAGIC:
-        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-    return open(path, encoding="utf-8", errors="strict")
-
-
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, ended_with_newline); a cut-off gzip stream just ends."""
+    """(line number, text, ended_with_newline); a cut-off gzip or zstd stream just ends."""
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             for number, line in enumerate(f, start=1):
                 yield number, line, line.endswith("\n")
-    except (EOFError, zlib.error, gzip.BadGzipFile):
-        return  # a gzip stream cut off mid-way: what came before stands
+    except CUT_OFF_ERRORS:
+        return  # a compressed stream cut off mid-way: what came before stands
     except UnicodeDecodeError as e:
         raise TraceFormatError(f"{path}: not a trace file (binary data, not UTF-8 JSON lines: {e.reason})") from None
 
@@ -165,15 +155,18 @@ _FOOTER_TAIL_BYTES = 1 << 20  # a footer is a few KB (its traceback is capped at
 
 
 def read_footer(path: str | Path) -> Footer | None:
-    """The footer, without parsing the records: the last line of a plain file.
+    """The footer, without parsing the records: the last line of a plain file, the last frame of a zstd file
+    (trace/zstd_file.py).
 
-    A gzip file has no cheap end, so it is read through. None when the trace
-    has no footer (cut off).
+    A gzip file, or a zstd file without its index, has no cheap end, so it is read
+    through. None when the trace has no footer (cut off).
     """
     trace = Trace(path)  # validates the header: a bad file fails the same way everywhere
-    with open(trace.path, "rb") as probe:
-        compressed = probe.read(2) == _GZIP_MAGIC
-    if compressed:
+    compression = compression_of_file(trace.path)
+    last_frame = read_last_frame(trace.path) if compression is Compression.ZSTD else None
+    if last_frame is not None:
+        return _footer_of(last_frame.splitlines())
+    if compression is not Compression.NONE:
         for _ in trace:
             pass
         return trace.footer
@@ -181,6 +174,11 @@ def read_footer(path: str | Path) -> Footer | None:
         size = f.seek(0, 2)
         f.seek(max(0, size - _FOOTER_TAIL_BYTES))
         tail = f.read().splitlines()
+    return _footer_of(tail)
+
+
+def _footer_of(tail: list[bytes]) -> Footer | None:
+    """The footer, where the last non-empty line of `tail` is one."""
     for line in reversed(tail):
         if line.strip():
             try:

@@ -11,7 +11,9 @@ from typing import IO, Any
 
 import orjson
 
+from tracediff.trace.compression import Compression, compression_for_name
 from tracediff.trace.schema import FOOTER, HEADER, SCHEMA_VERSION
+from tracediff.trace.zstd_file import ZstdTraceFile
 
 # Flushing every record would dominate recording time; flushing never would
 # lose the tail of a run killed by a signal. Every few hundred records is both.
@@ -23,11 +25,14 @@ _FLUSH_EVERY = 256
 _BUFFER_BYTES = 1 << 20
 
 
-def _open_for_write(path: Path) -> IO[bytes]:
-    if path.suffix == ".gz":
+def _open_for_write(path: Path) -> IO[bytes] | ZstdTraceFile:
+    compression = compression_for_name(path)
+    if compression is Compression.GZIP:
         # mtime=0 keeps the file byte-identical across identical runs. GzipFile opens
         # (and so closes) the file itself: a file passed as fileobj= is left open.
         return gzip.GzipFile(path, mode="wb", mtime=0)  # type: ignore[return-value]
+    if compression is Compression.ZSTD:
+        return ZstdTraceFile(path)
     return open(path, "wb", buffering=_BUFFER_BYTES)
 
 
@@ -62,7 +67,7 @@ class TraceWriter:
         self._write_line({"t": HEADER, "schema": SCHEMA_VERSION, **header})
         self._file.flush()
 
-    def _write_line(self, obj: dict[str, Any]) -> None:
+    def _encode(self, obj: dict[str, Any]) -> bytes:
         # orjson is ~10x faster than json, but writes NaN/Infinity as null: a line
         # with a null may hold an overflowed statistic, which json writes as Infinity.
         try:
@@ -71,10 +76,13 @@ class TraceWriter:
             line = b"null"
         if line == b"null" or _has_null_statistic(line):
             line = (self._json(obj) + "\n").encode("utf-8")
-        self._file.write(line)
+        return line
+
+    def _write_line(self, obj: dict[str, Any]) -> None:
+        self._file.write(self._encode(obj))
 
     def write(self, record: dict[str, Any]) -> None:
-        self._write_line(record)
+        self._file.write(self._encode(record))
         self.records += 1
         self._unflushed += 1
         if self._unflushed >= _FLUSH_EVERY:
@@ -88,7 +96,11 @@ class TraceWriter:
         """Write the footer (marks the file complete) and close."""
         if self._file.closed:
             return
-        self._write_line({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
+        line = self._encode({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
+        if isinstance(self._file, ZstdTraceFile):  # the footer in a frame of its own, found from the file's end
+            self._file.close_with_last_line(line)
+            return
+        self._file.write(line)
         self._file.close()
 
     def silence_in_child(self) -> None:
@@ -98,7 +110,11 @@ class TraceWriter:
         and the writer's unflushed bytes: a flush or close at the child's exit,
         or a gzip trailer, would land in the parent's trace. Pointing the
         child's copy of the descriptor at /dev/null leaves the parent's intact.
+        A zstd compressor is left alone for good (its worker threads stayed in
+        the parent: `ZstdTraceFile.orphan_in_child`).
         """
+        if isinstance(self._file, ZstdTraceFile):
+            self._file.orphan_in_child()
         null = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(null, self._file.fileno())
