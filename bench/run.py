@@ -676,10 +676,14 @@ def child_profile_verdict(a: str, b: str) -> dict[str, Any]:
     return {"total_s": total, "top": rows[:12]}
 
 
-def section_diff(quick: bool, gc_check: bool = False) -> dict[str, Any]:
+def section_diff(quick: bool, gc_check: bool = False, records: int | None = None) -> dict[str, Any]:
+    """`records`: a pair of that many records (400 edits per million) diffed end to end only, plain and .zst
+    (the phase-by-phase pass aligns in one piece, which is for pairs within one window)."""
     import synth
 
     n, edits = (50_000, 40) if quick else (1_000_000, 400)
+    if records is not None:
+        n, edits = records, max(1, records * 400 // 1_000_000)
     t0 = time.perf_counter()
     folder, meta = synth.cached(OUT / "synth", n, edits=edits, progress=log)
     log(f"[diff] traces: {folder} ({'cached' if meta['cached'] else f'generated in {time.perf_counter() - t0:.0f} s'}; "
@@ -693,6 +697,10 @@ def section_diff(quick: bool, gc_check: bool = False) -> dict[str, Any]:
     e2e_zst = _run_child(["--child-diff-e2e", str(a_zst), str(b_zst)])
     e2e_zst["bytes"] = [a_zst.stat().st_size, b_zst.stat().st_size]
     log(f"[diff]   {e2e_zst['wall_s']:.1f} s, peak RSS {e2e_zst['rss_peak_mib']:.0f} MiB")
+    if records is not None:
+        first, planted = e2e["first"], meta["planted"]
+        return {"meta": meta, "e2e": e2e, "e2e_zst": e2e_zst, "found_planted": bool(first) and first["index_a"] ==
+                planted["index_a"] and first["index_b"] == planted["index_b"] and first["kind"] == "output"}
     log("[diff] phase by phase, then a parse breakdown (fresh subprocess) ...")
     phases = _run_child(["--child-diff-phases", a, b, "--breakdown"])
     log(f"[diff]   {', '.join(f'{k} {v:.1f} s' for k, v in phases['times_s'].items())}")
@@ -715,6 +723,18 @@ def section_diff(quick: bool, gc_check: bool = False) -> dict[str, Any]:
             "found_planted": all(found)}
 
 
+def _table_diff_end_to_end(res: dict[str, Any]) -> str:
+    meta = res["meta"]
+    rows = [f"Synthetic pair ({meta['version']}, bench/synth.py): A {meta['records_a']:,} records "
+            f"({meta['bytes_a'] / 2**20:,.0f} MiB), B {meta['records_b']:,}; {meta['edits']} edits; planted at "
+            f"A #{meta['planted']['index_a']}; found: {res['found_planted']}", "",
+            "| traces | wall s | CPU s | peak RSS MiB (the skeleton worker's) |", "|---|---:|---:|---:|"]
+    for name, run in (("plain", res["e2e"]), (".jsonl.zst", res["e2e_zst"])):
+        rows.append(f"| {name} | {run['wall_s']:.1f} | {run['cpu_s']:.1f} | {run['rss_peak_mib']:.0f} "
+                    f"({run.get('children_ru_maxrss_mib') or 0:.0f}) |")
+    return "\n".join(rows)
+
+
 def _zst_rows(zst: dict[str, Any] | None, plain: dict[str, Any]) -> list[str]:
     """The same pair's diff as .jsonl.zst (bench/compressed_traces.py writes the copies), against the plain one."""
     if not zst:
@@ -725,6 +745,8 @@ def _zst_rows(zst: dict[str, Any] | None, plain: dict[str, Any]) -> list[str]:
 
 
 def table_diff(res: dict[str, Any]) -> str:
+    if "phases" not in res:  # --diff-records: end to end only
+        return _table_diff_end_to_end(res)
     meta, e2e, ph = res["meta"], res["e2e"], res["phases"]
     t = ph["times_s"]
     total = sum(t.values())
@@ -899,6 +921,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fast smoke run")
     ap.add_argument("--only", choices=SECTIONS, help="run one section")
     ap.add_argument("--workloads", help="overhead, cuda and light sections: these workloads only (comma-separated)")
+    ap.add_argument("--diff-records", type=int, metavar="N",
+                    help="diff section: a synthetic pair of N records, end to end only (e.g. 10000000: about 16 GB "
+                         "on disk, generated once under bench/out/synth)")
     ap.add_argument("--child-memory", nargs=3, metavar=("WORKLOAD", "CONFIG", "CALLS"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-e2e", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
     ap.add_argument("--child-diff-phases", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
@@ -933,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{machine['nproc']} cores, {machine['cpu']}, torch {machine['torch']}")
     runners: dict[str, Callable[[bool], dict[str, Any]]] = {
         "overhead": lambda quick: section_overhead(quick, workload_names),
-        "diff": lambda quick: section_diff(quick, gc_check=args.gc_check),
+        "diff": lambda quick: section_diff(quick, gc_check=args.gc_check, records=args.diff_records),
         "sequence": section_sequence,
         "cuda": lambda quick: section_cuda(quick, workload_names),
         "light": lambda quick: section_light(quick, workload_names),
