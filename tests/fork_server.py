@@ -49,8 +49,9 @@ INDUCTOR_IMPORTS = (*TORCH_IMPORTS, "torch._inductor.compile_fx")
 IMPORTS = {"torch": TORCH_IMPORTS, "inductor": INDUCTOR_IMPORTS}
 # Variables read at no import, which differ between the server and its clients: pytest sets the first for each
 # test; GNU readline, once pytest has imported it, exports the terminal's size into the C environment (not
-# os.environ), which the processes a test starts without an explicit environment inherit.
-PER_RUN_VARIABLES = ("PYTEST_CURRENT_TEST", "COLUMNS", "LINES")
+# os.environ), which the processes a test starts without an explicit environment inherit; inductor's C++ wrapper
+# code, compiled in a test's own process, sets the last there for good (a pointer its loaded module reads).
+PER_RUN_VARIABLES = ("PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")
 REAP_INTERVAL_S = 0.05
 
 

@@ -171,7 +171,10 @@ def test_a_killed_client_takes_its_recording_and_the_recordings_children_with_it
 def test_another_environment_runs_the_child_as_given(tmp_path: Path) -> None:
     """torch reads TORCH_* and other variables when imported: a server started without them cannot fork it."""
     command = _command(tmp_path, "import os\nprint('pid', os.getpid())", "eager")
-    for env, forked in ((None, True), (dict(os.environ, TORCH_SHOW_CPP_STACKTRACES="1"), False)):
+    # Inductor's C++ wrapper code sets _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR in the test process for good;
+    # no import reads it.
+    for env, forked in ((None, True), (dict(os.environ, TORCH_SHOW_CPP_STACKTRACES="1"), False),
+                        (dict(os.environ, _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR="1"), True)):
         client = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
         stdout, _ = client.communicate(timeout=300)
         assert client.returncode == 0
