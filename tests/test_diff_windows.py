@@ -8,16 +8,18 @@ The windows and the in-memory limit are shrunk so that a small pair crosses seve
 from __future__ import annotations
 
 import importlib.util
+from array import array
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+import tracediff.diff.align as align_module
 import tracediff.diff.skeleton as skeleton_module
 from tracediff.config import Config
 from tracediff.diff.align import OP_TIER, VALUE_TIER, align, align_in_windows
 from tracediff.diff.engine import diff_traces
-from tracediff.diff.skeleton import KEY_COLUMNS, build_skeleton
+from tracediff.diff.skeleton import KEY_COLUMNS, Skeleton, build_skeleton
 
 BENCH_SYNTH = Path(__file__).resolve().parents[1] / "bench" / "synth.py"
 RECORDS = 12_000
@@ -88,3 +90,30 @@ def test_a_long_diff_finds_the_planted_record_through_spilled_keys_and_windows(
 def test_traces_of_one_window_align_as_they_always_have(pair: tuple[Path, Path, dict]) -> None:
     a, b = build_skeleton(pair[0]), build_skeleton(pair[1])
     assert align_in_windows(a, b) == align(a, b)
+
+
+def _keys_at_one_line(values: dict[int, int], length: int) -> Skeleton:
+    """A skeleton of `length` records at one source line; `values`: position -> coarse value key."""
+    skeleton = Skeleton(Path("t.jsonl"), {"t": "header"})  # type: ignore[typeddict-item]
+    for k in range(length):
+        value = values.get(k, 0)
+        for name, key in (("primary", 1), ("signature", 1), ("value", value), ("fine_value", value), ("named", 0),
+                          ("coarse", value), ("coarse_shifted", value), ("has_value", bool(value)),
+                          ("source", 42), ("backward", 0)):
+            getattr(skeleton, name).append(key)
+        skeleton.is_region.append(0)
+        skeleton.length += 1
+    return skeleton
+
+
+@pytest.mark.parametrize(("reach", "unpaired"), [(100, True), (3, False)])
+def test_values_computed_in_another_order_are_looked_for_near_the_pair(
+        monkeypatch: pytest.MonkeyPatch, reach: int, unpaired: bool) -> None:
+    """A pair by op whose two values each occur at its line in the other trace is unpaired (DDP's buckets in
+    another order), but only where they occur near it: a long run's line holds look-alikes by chance."""
+    monkeypatch.setattr(align_module, "_REORDER_REACH", reach)
+    a = _keys_at_one_line({0: 7, 5: 11}, 10)  # A's value at 5 is B's at 0, 5 records away
+    b = _keys_at_one_line({0: 11, 5: 7}, 10)
+    partner, tier = array("q", range(10)), bytearray([OP_TIER]) * 10
+    align_module._unpair_reordered(partner, tier, a, b)
+    assert (partner[5] == -1) == unpaired

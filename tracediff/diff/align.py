@@ -180,28 +180,50 @@ def _kept(part: array, part_tier: bytearray, end_a: int, end_b: int) -> int:
     return 0
 
 
+# How far from a pair (in records of each trace) its values are looked for at its line: DDP's buckets are
+# reordered within one backward. Over a whole long trace a line holds thousands of values, and any value
+# found a look-alike by chance (a divergence's first ops were unpaired). Traces this short are searched whole.
+_REORDER_REACH = 50_000
+
+
 def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:
-    """Unpair pairs made by op or shape whose two values both occur at the same line of the other trace
-    (the same within 0.05%: a compiled run's values differ in their last digits): the same values computed
+    """Unpair pairs made by op or shape whose two values both occur at the same line of the other trace near the
+    pair (the same within 0.05%: a compiled run's values differ in their last digits): the same values computed
     in another order, which monotone pairs cannot follow. DDP lays its gradient buckets out in the order
     gradients became ready, which differs between an eager and a compiled backward: the views into a
     bucket and the copies back into `.grad` then come in another order, and pairing them by position
     compared one parameter's gradient with another's. Unpaired, they are not compared; the ops that read
     their values (the optimizer's) are."""
-    lines_a: dict[int, set[int]] = defaultdict(set)
-    lines_b: dict[int, set[int]] = defaultdict(set)
-    for skeleton, lines in ((a, lines_a), (b, lines_b)):
-        for k in range(len(skeleton)):
-            if skeleton.has_value[k]:
-                lines[skeleton.source[k]].update((skeleton.coarse[k], skeleton.coarse_shifted[k]))
+    places_a, places_b = _value_places(a), _value_places(b)
     for i, j in enumerate(partner):
         if j < 0 or tier[i] == VALUE_TIER or not (a.has_value[i] and b.has_value[j]):
             continue
         line = a.source[i]  # 0 where no line is known (on CUDA, DDP's hooks run on autograd's own thread)
         if line != b.source[j] or a.coarse[i] == b.coarse[j] or a.coarse_shifted[i] == b.coarse_shifted[j]:
             continue  # at other lines, or the pair's own values are about the same
-        if ({a.coarse[i], a.coarse_shifted[i]} & lines_b[line]) and ({b.coarse[j], b.coarse_shifted[j]} & lines_a[line]):
+        if (_occurs_near(places_b, line, (a.coarse[i], a.coarse_shifted[i]), j)
+                and _occurs_near(places_a, line, (b.coarse[j], b.coarse_shifted[j]), i)):
             partner[i], tier[i] = -1, 0
+
+
+def _value_places(skeleton: Skeleton) -> dict[tuple[int, int], list[int]]:
+    """(line, coarse value key) -> the positions of the records with that value at that line, ascending."""
+    places: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for k in range(len(skeleton)):
+        if skeleton.has_value[k]:
+            for key in {skeleton.coarse[k], skeleton.coarse_shifted[k]}:
+                places[skeleton.source[k], key].append(k)
+    return places
+
+
+def _occurs_near(places: dict[tuple[int, int], list[int]], line: int, keys: tuple[int, int], at: int) -> bool:
+    """Does a value with one of `keys` occur at `line` within _REORDER_REACH records of position `at`?"""
+    for key in keys:
+        positions = places.get((line, key), ())
+        k = bisect_left(positions, at - _REORDER_REACH)
+        if k < len(positions) and positions[k] <= at + _REORDER_REACH:
+            return True
+    return False
 
 
 # Value pairs tried without (each costs one refinement of the whole alignment), and the stretches
