@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.recording_forks import cli_command
 
 CLEAN = FIXTURES / "clean"
 SCRIPTS = sorted(path.name for path in CLEAN.glob("*.py"))
@@ -46,8 +46,8 @@ _WORKERS = max(2, min(4, os.cpu_count() or 2))
 def _run(script: str, backend: str, out_dir: Path) -> subprocess.CompletedProcess:
     # --no-narrow: a failure should fail fast, not re-run inductor once per fused op.
     return subprocess.run(
-        [sys.executable, "-m", "tracediff.cli", "run", str(CLEAN / script), "--backends", f"eager,{backend}",
-         "--out-dir", str(out_dir), "--format", "json", "--no-narrow"],
+        cli_command("run", str(CLEAN / script), "--backends", f"eager,{backend}",
+                    "--out-dir", str(out_dir), "--format", "json", "--no-narrow"),
         capture_output=True, text=True, cwd=CLEAN, timeout=900)
 
 

@@ -1,6 +1,7 @@
 """The test suite's stand-in for a recording child: has tests/fork_server.py fork it, or runs it as given.
 
     python -I -S tests/fork_client.py SERVER_DIR -- python -m tracediff.child --out t.jsonl ...
+    python -I -S tests/fork_client.py SERVER_DIR -- python -m tracediff.cli run script.py ...
 
 The launcher runs this in place of the child when TRACEDIFF_CHILD_PREFIX says so (tests/recording_forks.py
 sets it). For a recording child, a fork server in SERVER_DIR (torch already imported) forks the recording
@@ -23,16 +24,20 @@ import sys
 from typing import Any
 
 CHILD_MODULE = ["-m", "tracediff.child"]
+CLI_MODULE = ["-m", "tracediff.cli"]
 MAX_MESSAGE = 1 << 20  # a request holds the environment and the recording's JSON: a few KiB
 
 
 def server_for(command: list[str]) -> str | None:
-    """The server whose forks run this command's recording; None: the command is not a recording child.
+    """The server whose forks run this command; None: it is neither a recording child nor a `python -m
+    tracediff.cli` a test started (tests/recording_forks.py's `cli_command`), which the "eager" server runs.
 
     A child recording inductor or the script as written (backend None) imports inductor before its script
     (record/kernels.py hooks it): "inductor" has it imported. The others need torch alone: "eager" for the
     eager reference, "compiled" for the rest, so that a run's two recordings come from two processes (each
     with its own string hashing and address layout, as two fresh processes have)."""
+    if command[1:3] == CLI_MODULE:
+        return "eager"
     if command[1:3] != CHILD_MODULE or "--per-rank" in command or "--recording" not in command:
         return None
     try:
@@ -65,7 +70,8 @@ def _forked(server: str, command: list[str]) -> int | None:
         sock.connect(server)
     except OSError:
         return None
-    request = {"executable": command[0], "args": command[3:], "cwd": os.getcwd(), "env": dict(os.environ),
+    request = {"executable": command[0], "module": command[2], "args": command[3:], "cwd": os.getcwd(),
+               "env": dict(os.environ),
                # as this process found it: a child started in its place would have found the same
                "ignores_ctrl_c": signal.getsignal(signal.SIGINT) is signal.SIG_IGN}
     send_message(sock, request, [0, 1, 2])

@@ -7,16 +7,17 @@ A recording child spends ~1.3 s of CPU importing torch and tracediff's recorder 
 child imports before its script ("torch": what every child imports; "inductor": also inductor's compile_fx,
 which a child recording inductor or the script as written imports for record/kernels.py's hooks) and then
 forks one process per request of tests/fork_client.py. The fork becomes what `python -m
-tracediff.child ARGS` in the client's place would have been: the client's stdin, stdout and stderr,
-working directory, environment, arguments, sys.path[0] and Ctrl-C disposition, a session of its own, the
-random generators of Python and numpy reseeded from the OS, and tracediff.child run as __main__
-(runpy, as -m does); it exits through the interpreter's normal exit (atexit handlers, buffers flushed).
+tracediff.child ARGS` (or `tracediff.cli`: a command a test starts) in the client's place would have been:
+the client's stdin, stdout and stderr, working directory, environment, arguments, sys.path[0] and Ctrl-C
+disposition, a session of its own, the random generators of Python and numpy reseeded from the OS, and the
+module run as __main__ (runpy, as -m does); it exits through the interpreter's normal exit (atexit handlers,
+buffers flushed).
 What a fork shares with the server's other forks: the string hash secret and the address layout.
 
 What a fork could not reproduce is refused (the client then runs the child itself):
-- an environment other than this server's (PER_RUN_VARIABLES aside): torch and inductor read variables
-  when imported;
-- another interpreter than this one.
+- an environment other than this server's (PER_RUN_VARIABLES and LAZY_VARIABLES aside): torch and
+  inductor read variables when imported;
+- another interpreter than this one, or another module.
 The server itself checks, before it serves at all, that the imports wrote nothing to stdout or stderr (a
 warning a child prints at import must stay in its log) and changed no environment variable, and before each
 fork that CUDA is not initialised and no other Python thread runs. (numpy's OpenBLAS starts a thread when
@@ -47,11 +48,19 @@ TORCH_IMPORTS = ("tracediff.errors", "tracediff.launch.recording", "tracediff.ou
                  "tracediff.record.backends", "tracediff.record.session")
 INDUCTOR_IMPORTS = (*TORCH_IMPORTS, "torch._inductor.compile_fx")
 IMPORTS = {"torch": TORCH_IMPORTS, "inductor": INDUCTOR_IMPORTS}
+# What a fork may become: a recording child, or a `tracediff` command a test started (it imports torch too).
+MODULES = ("tracediff.child", "tracediff.cli")
 # Variables read at no import, which differ between the server and its clients: pytest sets the first for each
 # test; GNU readline, once pytest has imported it, exports the terminal's size into the C environment (not
 # os.environ), which the processes a test starts without an explicit environment inherit; inductor's C++ wrapper
 # code, compiled in a test's own process, sets the last there for good (a pointer its loaded module reads).
 PER_RUN_VARIABLES = ("PYTEST_CURRENT_TEST", "COLUMNS", "LINES", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR")
+# Variables torch reads each time it uses them, never at import, which `tracediff fix` and `bisect` set for their
+# children: a compile cache of their own (runtime/cache_dir_utils.py reads it per call) and the compiler
+# bisector's state (compiler_bisector.py's get_env_val). Their children were refused, and imported torch and
+# inductor again, ~60 times a session; tests/test_recording_forks.py checks a fork compiles into its own cache.
+LAZY_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_BISECT_BACKEND", "TORCH_BISECT_SUBSYSTEM",
+                  "TORCH_BISECT_MAX")
 REAP_INTERVAL_S = 0.05
 
 
@@ -59,6 +68,7 @@ REAP_INTERVAL_S = 0.05
 class Request:
     """A recording to fork: the child's arguments, where and how it runs, and the client's descriptors."""
 
+    module: str  # run as __main__, as `python -m MODULE` would
     args: list[str]
     cwd: str
     env: dict[str, str]
@@ -67,7 +77,7 @@ class Request:
 
 
 def _comparable(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in PER_RUN_VARIABLES}
+    return {k: v for k, v in env.items() if k not in PER_RUN_VARIABLES and k not in LAZY_VARIABLES}
 
 
 def _import_quietly(modules: tuple[str, ...]) -> None:
@@ -105,6 +115,8 @@ def _check_forkable() -> None:
 def _refusal(request: dict[str, Any] | None, fds: list[int], env: dict[str, str]) -> str | None:
     if request is None or len(fds) != 3:
         return "no request"
+    if request.get("module") not in MODULES:
+        return f"another module ({request.get('module')})"
     if request.get("executable") != sys.executable:
         return f"another interpreter ({request.get('executable')})"
     theirs = _comparable(request["env"])
@@ -170,7 +182,8 @@ class _Server:
             _send(conn, {"refused": refusal})
             conn.close()
             return None
-        request = Request(message["args"], message["cwd"], message["env"], message["ignores_ctrl_c"], fds)
+        request = Request(message["module"], message["args"], message["cwd"], message["env"], message["ignores_ctrl_c"],
+                          fds)
         _check_forkable()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -232,7 +245,7 @@ def _reseed_random_generators() -> None:
 
 
 def _become_the_child(request: Request) -> None:
-    """In the fork: what `python -m tracediff.child ARGS` in the client's place would be at its start."""
+    """In the fork: what `python -m MODULE ARGS` in the client's place would be at its start."""
     os.setsid()  # the launcher starts each child in a session of its own
     for target, fd in enumerate(request.fds):
         os.dup2(fd, target)
@@ -242,10 +255,10 @@ def _become_the_child(request: Request) -> None:
     os.environ.update(request.env)
     signal.signal(signal.SIGINT, signal.SIG_IGN if request.ignores_ctrl_c else signal.default_int_handler)
     sys.argv = ["-m", *request.args]  # runpy puts the module's path first, as -m does
-    sys.orig_argv = [sys.executable, "-m", "tracediff.child", *request.args]
+    sys.orig_argv = [sys.executable, "-m", request.module, *request.args]
     sys.path[0] = request.cwd  # -m puts the working directory first
     _reseed_random_generators()
-    runpy.run_module("tracediff.child", run_name="__main__", alter_sys=True)
+    runpy.run_module(request.module, run_name="__main__", alter_sys=True)
 
 
 def main(argv: list[str]) -> None:

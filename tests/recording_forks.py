@@ -81,3 +81,12 @@ def forked_recordings(logs: Path) -> Iterator[str]:
         for server in servers:
             _stop(server)
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+def cli_command(*args: str) -> list[str]:
+    """`python -m tracediff.cli ARGS`, forked from a server where this session has them (the command's own
+    import of torch is ~1.3 s of CPU, and the suite starts about 70): for tests that run a command to its end.
+    Tests of how a command is stopped or killed start it plainly."""
+    command = [sys.executable, "-m", "tracediff.cli", *args]
+    prefix = os.environ.get(CHILD_PREFIX_VARIABLE)
+    return [*shlex.split(prefix), *command] if prefix and wanted() else command

@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, child_command, invoke
-from tests.recording_forks import wait_until_listening
+from tests.recording_forks import cli_command, wait_until_listening
 from tracediff.launch.launcher import CHILD_PREFIX_VARIABLE
 from tracediff.trace.reader import Trace
 
@@ -179,6 +180,40 @@ def test_another_environment_runs_the_child_as_given(tmp_path: Path) -> None:
         stdout, _ = client.communicate(timeout=300)
         assert client.returncode == 0
         assert (f"pid {client.pid}\n" not in stdout) == forked, stdout
+
+
+def test_a_fork_compiles_into_the_cache_its_environment_names(tmp_path: Path) -> None:
+    """`tracediff fix` and `bisect` give each child a compile cache of its own (fork_server.LAZY_VARIABLES):
+    forked, it must compile there, not into the server's cache, or a run would reuse another's kernels."""
+    own = tmp_path / "own-cache"
+    script = ("import os, torch\nprint('pid', os.getpid())\n"
+              "print(torch.compile(lambda x: x.sin() * 3 + 1)(torch.arange(7.0)).sum().item())\n")
+    command = _command(tmp_path, script, "inductor")
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(own)))
+    stdout, stderr = client.communicate(timeout=300)
+    assert client.returncode == 0, stderr[-3000:]
+    assert f"pid {client.pid}\n" not in stdout, "not forked"
+    assert list(own.rglob("*.py")), f"nothing compiled into {own}: {sorted(own.rglob('*'))[:20]}"
+
+
+def test_a_command_a_test_starts_is_forked_and_ends_as_the_plain_command_does(tmp_path: Path) -> None:
+    """`cli_command`: the client waits for the forked command (it would exec into a refused one at once) and
+    exits with its code; stdout and stderr are the command's."""
+    script = tmp_path / "s.py"
+    script.write_text("import time\ntime.sleep(3)\nprint('slept')\nraise SystemExit(5)\n")
+    outcomes = []
+    for command in (cli_command("record", str(script), "--backend", "eager", "-o", str(tmp_path / "t.jsonl")),
+                    [sys.executable, "-m", "tracediff.cli", "record", str(script), "--backend", "eager", "-o",
+                     str(tmp_path / "u.jsonl")]):
+        client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        running = Path(f"/proc/{client.pid}/cmdline").read_bytes().decode()
+        stdout, stderr = client.communicate(timeout=300)
+        outcomes.append((client.returncode, stdout, stderr.replace("u.jsonl", "t.jsonl").replace("u.log", "t.log")))
+        assert ("fork_client.py" in running) == any("fork_client.py" in part for part in command), running  # the first: forked
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == 3 and "exited with status 5" in outcomes[0][2], outcomes[0]
 
 
 def test_a_runs_eager_and_compiled_recordings_come_from_two_servers(tmp_path: Path) -> None:

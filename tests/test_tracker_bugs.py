@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.recording_forks import cli_command
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +50,8 @@ def _marked(script: str) -> int:
 
 
 def _run(script: str, out: Path) -> tuple[int, dict[str, Any] | None, str]:
-    done = subprocess.run([sys.executable, "-m", "tracediff.cli", "run", script, "--backends", "eager,inductor",
-                           "--out-dir", str(out), "--format", "json"],
+    done = subprocess.run(cli_command("run", script, "--backends", "eager,inductor", "--out-dir", str(out),
+                                      "--format", "json"),
                           capture_output=True, text=True, cwd=TRACKER, timeout=900)
     try:
         report = json.loads(done.stdout)
