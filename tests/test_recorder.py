@@ -591,3 +591,32 @@ def test_importing_dynamo_inside_a_module_call_keeps_the_module_path(tmp_path: P
     subprocess.run(child_command(trace, script, "eager"), check=True, capture_output=True, timeout=300)
     (sin,) = [r for r in _ops(trace) if r["op"] == "aten::sin"]
     assert sin["m"] == "Net"
+
+
+def test_local_modules_are_the_scripts_own_wherever_they_are_imported_from(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The footer's local_modules (what `tracediff repro` copies): modules whose real file is in the script's
+    folder and not in an installed package, found through links to a folder or to a file."""
+    from tracediff.record.session import local_modules
+
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    (project / "helpers").mkdir(parents=True)
+    (project / "site-packages" / "vendored").mkdir(parents=True)
+    outside.mkdir()
+    (project / "own_a.py").write_text("")
+    (project / "helpers" / "__init__.py").write_text("")
+    (project / "helpers" / "own_b.py").write_text("")
+    (project / "site-packages" / "vendored" / "installed.py").write_text("")
+    (outside / "elsewhere.py").write_text("")
+    (outside / "via_folder").symlink_to(project / "helpers")  # a folder link into the project
+    (outside / "own_c.py").symlink_to(project / "own_a.py")  # a file link into the project
+    (project / "linked_out.py").symlink_to(outside / "elsewhere.py")  # a file link out of it
+    for folder in (project, project / "site-packages", outside, outside / "via_folder"):
+        monkeypatch.syspath_prepend(str(folder))
+    names = ["own_a", "helpers.own_b", "vendored.installed", "elsewhere", "own_c", "linked_out", "own_b"]
+    for name in names:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        __import__(name)
+    found = {m["name"]: m["file"] for m in local_modules(str(project)) if m["name"] in names}
+    assert found == {"own_a": "own_a.py", "helpers.own_b": "helpers/own_b.py", "own_c": "own_a.py",
+                     "own_b": "helpers/own_b.py"}
