@@ -620,3 +620,25 @@ def test_local_modules_are_the_scripts_own_wherever_they_are_imported_from(tmp_p
     found = {m["name"]: m["file"] for m in local_modules(str(project)) if m["name"] in names}
     assert found == {"own_a": "own_a.py", "helpers.own_b": "helpers/own_b.py", "own_c": "own_a.py",
                      "own_b": "helpers/own_b.py"}
+
+
+def test_a_recorded_scripts_own_cyclic_garbage_is_collected(tmp_path: Path) -> None:
+    """The child freezes what it imported before the script (child.py): the script's own objects stay
+    collectable, and the imports stay frozen."""
+    from tests.conftest import invoke
+
+    script = tmp_path / "cycles.py"
+    script.write_text(
+        "import gc, weakref\n"
+        "class Node:\n"
+        "    pass\n"
+        "a, b = Node(), Node()\n"
+        "a.other, b.other = b, a\n"
+        "collected = []\n"
+        "weakref.finalize(a, collected.append, 'a')\n"
+        "del a, b\n"
+        "gc.collect()\n"
+        "print('collected', collected, 'frozen', gc.get_freeze_count() > 1000)\n")
+    result = invoke("record", str(script), "--backend", "eager", "-o", str(tmp_path / "t.jsonl"))
+    assert result.exit_code == 0, result.stderr
+    assert "collected ['a'] frozen True" in (tmp_path / "t.log").read_text()
