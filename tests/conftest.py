@@ -73,6 +73,16 @@ def invoke(*args: str) -> Result:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def frozen_imports() -> None:
+    """What a worker has imported by its first test (torch, inductor, the test modules) lives to its end: the
+    cycle collector need not walk it again in each run a test makes in-process (child.py and the fork servers
+    freeze theirs alike)."""
+    import gc
+
+    gc.freeze()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_inductor_cache() -> None:
     """Every process of the session compiles into one inductor cache, torch's default one. Left unset, the
     first inductor import in a process sets it from tempfile's directory, which tests/test_bisect.py points

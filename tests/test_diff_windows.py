@@ -7,14 +7,17 @@ The windows and the in-memory limit are shrunk so that a small pair crosses seve
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 from array import array
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 import tracediff.diff.align as align_module
+import tracediff.diff.engine as engine_module
 import tracediff.diff.skeleton as skeleton_module
 from tracediff.config import Config
 from tracediff.diff.align import OP_TIER, VALUE_TIER, align, align_in_windows
@@ -117,3 +120,25 @@ def test_values_computed_in_another_order_are_looked_for_near_the_pair(
     partner, tier = array("q", range(10)), bytearray([OP_TIER]) * 10
     align_module._unpair_reordered(partner, tier, a, b)
     assert (partner[5] == -1) == unpaired
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cycle_collector_pauses_for_a_diff_and_is_left_as_it_was(pair: tuple[Path, Path, dict],
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      enabled: bool) -> None:
+    """engine.py's `_no_cycle_collection`: off while the verdict walks, as it was once the diff returns."""
+    during: list[bool] = []
+    walk = engine_module.find_divergence
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        during.append(gc.isenabled())
+        return walk(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "find_divergence", spying)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        result = diff_traces(pair[0], pair[1], Config())
+        assert during == [False] and gc.isenabled() is enabled
+        assert result.first is not None and result.first.a.index == pair[2]["planted"]["index_a"]
+    finally:
+        gc.enable()

