@@ -1,4 +1,4 @@
-"""A fork server for the test suite's recording children: torch is imported once, each recording is forked.
+"""A fork server for the test suite's recording children (and the commands tests start): torch is imported once.
 
     python tests/fork_server.py SOCKET torch|inductor      (tests/recording_forks.py starts three per worker)
 

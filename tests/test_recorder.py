@@ -622,6 +622,7 @@ def test_local_modules_are_the_scripts_own_wherever_they_are_imported_from(tmp_p
                      "own_b": "helpers/own_b.py"}
 
 
+@pytest.mark.fresh_children  # a fork server's child inherits the server's frozen imports: test child.py's own
 def test_a_recorded_scripts_own_cyclic_garbage_is_collected(tmp_path: Path) -> None:
     """The child freezes what it imported before the script (child.py): the script's own objects stay
     collectable, and the imports stay frozen."""
