@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import re
 import tempfile
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,19 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
     noise_trace: a float64 re-run of A (`record --float64`); differences are
     then judged against each tensor's measured noise too (diff/noise.py).
     """
+    with _no_cycle_collection():
+        a, b, partner, tier = aligned_skeletons(path_a, path_b)
+        noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
+        return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
+
+
+def aligned_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, Skeleton, array, bytearray]:
+    """Pass 1 of both traces and B aligned to A (`partner`, `tier`: align.py). The keys of long traces are
+    spilled to a temporary folder, deleted once they are aligned."""
     with _no_cycle_collection(), tempfile.TemporaryDirectory(prefix="tracediff-keys-") as spill:
         a, b = build_skeletons(path_a, path_b, Path(spill))
         partner, tier = align_in_windows(a, b)
-        noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
-        return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
+    return a, b, partner, tier
 
 
 @contextlib.contextmanager

@@ -24,7 +24,6 @@ same kernels on the same inputs.
 
 from __future__ import annotations
 
-import tempfile
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,10 +31,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from tracediff.config import Config
-from tracediff.diff.align import align_in_windows
 from tracediff.diff.compare import compare_fingerprints
+from tracediff.diff.engine import aligned_skeletons
 from tracediff.diff.place import draws_random, read_inputs
-from tracediff.diff.skeleton import alignable, build_skeleton
+from tracediff.diff.skeleton import alignable
 from tracediff.op_names import base_op, is_collective
 from tracediff.outcome import Site
 from tracediff.trace.reader import Trace
@@ -175,9 +174,7 @@ class _PairWalk:
         self.ran_alone: tuple[set[int], set[int]] = (set(), set())  # indices of records one rank ran alone
 
     def run(self, trace_0: Path, trace_r: Path) -> Drift | None:
-        with tempfile.TemporaryDirectory(prefix="tracediff-keys-") as spill:
-            skeleton_0 = build_skeleton(trace_0, Path(spill) / "0")
-            partner, _ = align_in_windows(skeleton_0, build_skeleton(trace_r, Path(spill) / "r"))
+        skeleton_0, _, partner, _ = aligned_skeletons(trace_0, trace_r)
         self.world_size = skeleton_0.header.get("world_size")
         records_r = _Ahead(Trace(trace_r))
         for record, position in _with_positions(Trace(trace_0)):

@@ -276,7 +276,7 @@ def local_modules(script_dir: str) -> list[dict[str, str]]:
         if not real.startswith(inside):
             continue
         path = Path(real)
-        if root not in path.parents or {"site-packages", "dist-packages"} & set(path.parts):
+        if {"site-packages", "dist-packages"} & set(path.parts):
             continue
         found.append({"name": name, "file": str(path.relative_to(root))})
     return found
