@@ -37,8 +37,10 @@ unpaired records just before, the value pairs in the way are tried without
 
 from __future__ import annotations
 
+import re
+import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
@@ -47,25 +49,32 @@ from tracediff.diff.sequence import align_sequences
 from tracediff.diff.skeleton import IN_MEMORY_RECORDS, Skeleton
 
 Pairs = list[tuple[int, int]]
+# A stretch of both traces by the pairs bounding it, (-1, -1) before the traces' start and (len_a, len_b)
+# after their end: the alignment inside it depends on nothing outside.
+Span = tuple[tuple[int, int], tuple[int, int]]
 
 
-def _gaps(pairs: Pairs, len_a: int, len_b: int) -> list[tuple[int, int, int, int]]:
-    """The unpaired stretches [a0, a1) x [b0, b1) between consecutive pairs, non-empty on both sides."""
+def _whole(a: Skeleton, b: Skeleton) -> Span:
+    return (-1, -1), (len(a), len(b))
+
+
+def _gaps(pairs: Pairs, span: Span) -> list[tuple[int, int, int, int]]:
+    """The unpaired stretches [a0, a1) x [b0, b1) between consecutive pairs of `span`, non-empty on both sides."""
     gaps = []
-    prev_a, prev_b = -1, -1
-    for i, j in [*pairs, (len_a, len_b)]:
+    (prev_a, prev_b), end = span
+    for i, j in [*pairs, end]:
         if i - prev_a > 1 and j - prev_b > 1:
             gaps.append((prev_a + 1, i, prev_b + 1, j))
         prev_a, prev_b = i, j
     return gaps
 
 
-def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int, int], tuple[Sequence, Sequence]],
+def _refine(pairs: Pairs, span: Span, keys: Callable[[int, int, int, int], tuple[Sequence, Sequence]],
             from_end: bool = False) -> Pairs:
-    """Pair records inside each gap on `keys`. from_end: where keys tie, prefer the last records of
+    """Pair records inside each gap of `span` on `keys`. from_end: where keys tie, prefer the last records of
     the gap: a chain (a decomposition in B, a fusion in A) computes its value in its last op."""
     refined: Pairs = []
-    for a0, a1, b0, b1 in _gaps(pairs, len_a, len_b):
+    for a0, a1, b0, b1 in _gaps(pairs, span):
         ka, kb = keys(a0, a1, b0, b1)
         if from_end:
             refined.extend((a1 - 1 - i, b1 - 1 - j) for i, j in align_sequences(ka[::-1], kb[::-1]))
@@ -74,11 +83,11 @@ def _refine(pairs: Pairs, len_a: int, len_b: int, keys: Callable[[int, int, int,
     return sorted(pairs + refined)
 
 
-def _last_named(pairs: Pairs, a: Skeleton, b: Skeleton) -> Pairs:
-    """Inside each gap, from its end: each record of A with a named key pairs with the last
+def _last_named(pairs: Pairs, a: Skeleton, b: Skeleton, span: Span) -> Pairs:
+    """Inside each gap of `span`, from its end: each record of A with a named key pairs with the last
     record of B before the previous such pair that has the same key."""
     named: Pairs = []
-    for a0, a1, b0, b1 in _gaps(pairs, len(a), len(b)):
+    for a0, a1, b0, b1 in _gaps(pairs, span):
         positions: dict[int, list[int]] = {}  # key -> B's positions in the gap, ascending
         for j in range(b0, b1):
             if b.named[j]:
@@ -115,22 +124,31 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     # rotary embedding's cos/sin after the layer norm): values that A computes after a stretch it
     # alone ran were computed by B before the pairs standing in their way.
     tried: set[frozenset[tuple[int, int]]] = set()
+    trials: list[tuple[frozenset[tuple[int, int]], bool]] | None = None  # of the alignment as it stands
     while len(tried) < _PIVOT_TRIALS:
-        pivots = [frozenset([p]) for p in _pivots(partner, tier, len(b)) if a.backward[p[0]] or b.backward[p[1]]]
-        trials = [(t, False) for t in pivots] + [(t, True) for t in _crossings(partner, value_pairs, a, b)]
+        if trials is None:
+            pivots = [frozenset([p]) for p in _pivots(partner, tier, len(b)) if a.backward[p[0]] or b.backward[p[1]]]
+            trials = [(t, False) for t in pivots] + [(t, True) for t in _crossings(partner, value_pairs, a, b)]
         dropped, crossing = next(((t, c) for t, c in trials if t not in tried), (None, False))
         if dropped is None:
             break
         tried.add(dropped)
-        without = [p for p in value_pairs if p not in dropped]
+        # Only the stretch between the value pairs kept around the dropped ones aligns otherwise without them.
+        first, last = bisect_left(value_pairs, min(dropped)), bisect_right(value_pairs, max(dropped))
+        span = (value_pairs[first - 1] if first else (-1, -1),
+                value_pairs[last] if last < len(value_pairs) else (len(a), len(b)))
+        without = [p for p in value_pairs[first:last] if p not in dropped]
         if crossing:
             # The stretch kept from pairing pairs by value now; the dropped records must not pair again in
             # the gap they leave, where the tie that chose them would choose them again.
             excluded = {i for i, _ in dropped}
-            without = _refine(without, len(a), len(b), _value_keys(a, b, excluded))
-        trial = _refined(without, a, b)
-        if _strong_pairs(trial[1]) > _strong_pairs(tier):
-            value_pairs, (partner, tier) = without, trial
+            without = _refine(without, span, _value_keys(a, b, excluded))
+        trial_partner, trial_tier = _refined(without, a, b, span)
+        inside = slice(span[0][0] + 1, span[1][0])
+        if _strong_pairs(trial_tier) > _strong_pairs(tier[inside]):
+            value_pairs = value_pairs[:first] + without + value_pairs[last:]
+            partner[inside], tier[inside] = trial_partner, trial_tier
+            trials = None
     _unpair_reordered(partner, tier, a, b)
     return partner, tier
 
@@ -194,25 +212,40 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
     bucket and the copies back into `.grad` then come in another order, and pairing them by position
     compared one parameter's gradient with another's. Unpaired, they are not compared; the ops that read
     their values (the optimizer's) are."""
-    places_a, places_b = _value_places(a), _value_places(b)
-    for i, j in enumerate(partner):
-        if j < 0 or tier[i] == VALUE_TIER or not (a.has_value[i] and b.has_value[j]):
+    suspects = []
+    for weak in _WEAK_TIERS.finditer(tier):
+        i = weak.start()
+        j = partner[i]
+        if not (a.has_value[i] and b.has_value[j]):
             continue
         line = a.source[i]  # 0 where no line is known (on CUDA, DDP's hooks run on autograd's own thread)
         if line != b.source[j] or a.coarse[i] == b.coarse[j] or a.coarse_shifted[i] == b.coarse_shifted[j]:
             continue  # at other lines, or the pair's own values are about the same
+        suspects.append((i, j, line))
+    lines = {line for _, _, line in suspects}
+    places_a, places_b = _value_places(a, lines), _value_places(b, lines)
+    for i, j, line in suspects:
         if (_occurs_near(places_b, line, (a.coarse[i], a.coarse_shifted[i]), j)
                 and _occurs_near(places_a, line, (b.coarse[j], b.coarse_shifted[j]), i)):
             partner[i], tier[i] = -1, 0
 
 
-def _value_places(skeleton: Skeleton) -> dict[tuple[int, int], list[int]]:
-    """(line, coarse value key) -> the positions of the records with that value at that line, ascending."""
+# The tiers of pairs made by op or by shapes (a byte of `tier` each), found at C speed.
+_WEAK_TIERS = re.compile(b"[%c%c]" % (OP_TIER, SHAPE_TIER))
+
+
+def _value_places(skeleton: Skeleton, lines: set[int]) -> dict[tuple[int, int], list[int]]:
+    """(line, coarse value key) -> the positions of the records with that value at that line, ascending; of
+    the records at `lines` only."""
     places: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for k in range(len(skeleton)):
-        if skeleton.has_value[k]:
-            for key in {skeleton.coarse[k], skeleton.coarse_shifted[k]}:
-                places[skeleton.source[k], key].append(k)
+    if not lines:
+        return places
+    columns = zip(skeleton.source, skeleton.has_value, skeleton.coarse, skeleton.coarse_shifted)
+    for k, (line, has_value, coarse, shifted) in enumerate(columns):
+        if has_value and line in lines:
+            places[line, coarse].append(k)
+            if shifted != coarse:
+                places[line, shifted].append(k)
     return places
 
 
@@ -226,7 +259,7 @@ def _occurs_near(places: dict[tuple[int, int], list[int]], line: int, keys: tupl
     return False
 
 
-# Value pairs tried without (each costs one refinement of the whole alignment), and the stretches
+# Value pairs tried without (each re-aligns the stretch between the value pairs kept around it), and the stretches
 # of unpaired records on each side that make one a pivot.
 _PIVOT_TRIALS = 16
 _PIVOT_STRETCH = 3
@@ -235,19 +268,39 @@ _PIVOT_STRETCH = 3
 def _pivots(partner: array, tier: bytearray, len_b: int) -> list[tuple[int, int]]:
     """Value pairs (i, j) with at least _PIVOT_STRETCH unpaired records of one trace just before them
     and of the other just after: the mark of one value computed at another place in the order."""
-    paired = [(i, j) for i, j in enumerate(partner) if j >= 0]
+    unpaired = _unpaired_mask(partner)
+    # A's side of the mark: the pairs just before and just after each stretch of A's unpaired records.
+    beside = sorted({i for run in _UNPAIRED_STRETCH.finditer(unpaired) for i in (run.start() - 1, run.end())
+                     if 0 <= i < len(partner)})
     pivots = []
-    for k, (i, j) in enumerate(paired):
-        if tier[i] != VALUE_TIER:
+    for i in beside:
+        j = partner[i]
+        if j < 0 or tier[i] != VALUE_TIER:
             continue
-        ip, jp = paired[k - 1] if k else (-1, -1)
-        i_next, j_next = paired[k + 1] if k + 1 < len(paired) else (len(partner), len_b)
+        ip = unpaired.rfind(_PAIRED, 0, i)  # the pairs before and after (-1 where none is)
+        i_next = unpaired.find(_PAIRED, i + 1)
+        i_next = i_next if i_next >= 0 else len(partner)
+        jp = partner[ip] if ip >= 0 else -1
+        j_next = partner[i_next] if i_next < len(partner) else len_b
         b_before, a_before = j - jp - 1, i - ip - 1
         a_after, b_after = i_next - i - 1, j_next - j - 1
         if (b_before >= _PIVOT_STRETCH and a_after >= _PIVOT_STRETCH) or (
                 a_before >= _PIVOT_STRETCH and b_after >= _PIVOT_STRETCH):
             pivots.append((i, j))
     return pivots
+
+
+# A byte per record of `_unpaired_mask`, and runs of at least _PIVOT_STRETCH unpaired records in it.
+_PAIRED, _UNPAIRED = b"\x00", b"\xff"
+_UNPAIRED_RECORD = re.compile(re.escape(_UNPAIRED))
+_UNPAIRED_STRETCH = re.compile(re.escape(_UNPAIRED) + b"{%d,}" % _PIVOT_STRETCH)
+
+
+def _unpaired_mask(partner: array) -> bytes:
+    """A byte per record, 0xff where `partner` holds -1 (unpaired), 0 where it holds a record of the other
+    trace: each entry's most significant byte, taken at C speed (the walks over it are hot in long traces)."""
+    sign_byte = partner.itemsize - 1 if sys.byteorder == "little" else 0
+    return partner.tobytes()[sign_byte::partner.itemsize]
 
 
 def _strong_pairs(tier: bytearray) -> int:
@@ -262,7 +315,7 @@ def _value_pairs(a: Skeleton, b: Skeleton) -> Pairs:
     # can share the coarser key, and the kernel writing the norm must pair with the norm.
     pairs = align_sequences([a.fine_value[i] if a.has_value[i] else ("a", i) for i in range(len(a))],
                             [b.fine_value[j] if b.has_value[j] else ("b", j) for j in range(len(b))])
-    return _refine(pairs, len(a), len(b), _value_keys(a, b))
+    return _refine(pairs, _whole(a, b), _value_keys(a, b))
 
 
 def _value_keys(a: Skeleton, b: Skeleton, excluded: frozenset[int] | set[int] = frozenset()
@@ -298,23 +351,20 @@ def _crossing_pairs(partner: array, partner_of_b: array, a: Skeleton, b: Skeleto
                     value_pairs: Pairs) -> Iterator[Pairs]:
     """Each crossing (see _crossings) met walking A's unpaired stretches, as the value pairs (A index,
     B index) standing in its way."""
-    unpaired_b: dict[int, list[int]] | None = None  # value -> B's unpaired positions holding it, ascending
-    i, last_j = 0, -1
-    while i < len(a):
-        if partner[i] >= 0:
-            last_j = partner[i]
-            i += 1
-            continue
-        start = i
-        while i < len(a) and partner[i] < 0:
-            i += 1
-        if i - start < _PIVOT_STRETCH or last_j < 0:
-            continue
-        if unpaired_b is None:  # built on the first long stretch: most alignments have none
-            unpaired_b = {}
-            for j in range(len(b)):
-                if partner_of_b[j] < 0 and b.has_value[j]:
-                    unpaired_b.setdefault(b.value[j], []).append(j)
+    # value -> B's unpaired positions holding it, ascending: those before the place in B reached (`indexed`), indexed
+    # as the walk goes (the crossings are taken a few at a time, most often from the start).
+    unpaired_b: dict[int, list[int]] = {}
+    unpaired_in_b, indexed = _unpaired_mask(partner_of_b), 0
+    for run in _UNPAIRED_STRETCH.finditer(_unpaired_mask(partner)):
+        start, i = run.span()
+        if not start:
+            continue  # nothing paired before it: no place in B to look before
+        last_j = partner[start - 1]
+        for found in _UNPAIRED_RECORD.finditer(unpaired_in_b, indexed, last_j):
+            j = found.start()
+            if b.has_value[j]:
+                unpaired_b.setdefault(b.value[j], []).append(j)
+        indexed = max(indexed, last_j)
         earlier = set()
         for k in range(start, i):
             positions = unpaired_b.get(a.value[k], []) if a.has_value[k] else []
@@ -331,8 +381,11 @@ def _crossing_pairs(partner: array, partner_of_b: array, a: Skeleton, b: Skeleto
                 yield value_pairs[k:end]
 
 
-def _refined(pairs: Pairs, a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
-    """`pairs` (by value) refined by op, name and shapes inside the gaps they leave: partners and tiers."""
+def _refined(pairs: Pairs, a: Skeleton, b: Skeleton, span: Span | None = None) -> tuple[array, bytearray]:
+    """`pairs` (by value) refined by op, name and shapes inside the gaps they leave: partners and tiers of A's
+    records inside `span` (the whole traces by default), the first of them at index 0."""
+    span = span or _whole(a, b)
+    offset = span[0][0] + 1
 
     def primary_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
         return a.primary[a0:a1], b.primary[b0:b1]
@@ -340,29 +393,29 @@ def _refined(pairs: Pairs, a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
     def signature_keys(a0: int, a1: int, b0: int, b1: int) -> tuple[Sequence, Sequence]:
         return a.signature[a0:a1], b.signature[b0:b1]
 
-    tier = bytearray(len(a))
+    tier = bytearray(span[1][0] - offset)
     for i, _ in pairs:
-        tier[i] = VALUE_TIER
+        tier[i - offset] = VALUE_TIER
     # Same op family at different source lines is not "the op that should have computed the same
     # thing": a kernel ending in a layer norm's bias `add` must not pair with the residual `add` before it.
     # Where ops tie, the last ones of a gap pair: a kernel writes the value of its chain's last op
     # (a GELU backward's kernel ends in the last of its line's `add`s, not the first).
-    pairs = [(i, j) for i, j in _refine(pairs, len(a), len(b), primary_keys, from_end=True)
-             if tier[i] == VALUE_TIER or not _sources_differ(a, b, i, j)]
+    pairs = [(i, j) for i, j in _refine(pairs, span, primary_keys, from_end=True)
+             if tier[i - offset] == VALUE_TIER or not _sources_differ(a, b, i, j)]
     for i, _ in pairs:
-        tier[i] = tier[i] or OP_TIER
+        tier[i - offset] = tier[i - offset] or OP_TIER
 
     # A kernel named for A's op at its line writes that op's value; where several are (one kernel
     # per op: the pass's op and the bias `add` both come from the `addmm`), the last one does.
-    pairs = _last_named(pairs, a, b)
+    pairs = _last_named(pairs, a, b, span)
     for i, _ in pairs:
-        tier[i] = tier[i] or OP_TIER
-    shape_pairs = set(_refine(pairs, len(a), len(b), signature_keys, from_end=True)) - set(pairs)
+        tier[i - offset] = tier[i - offset] or OP_TIER
+    shape_pairs = set(_refine(pairs, span, signature_keys, from_end=True)) - set(pairs)
     # Same shapes alone is weak evidence: drop pairs whose source lines are both known and differ.
     shape_pairs = {(i, j) for i, j in shape_pairs if not _sources_differ(a, b, i, j)}
     for i, _ in shape_pairs:
-        tier[i] = SHAPE_TIER
-    partner = array("q", [-1]) * len(a)
+        tier[i - offset] = SHAPE_TIER
+    partner = array("q", [-1]) * len(tier)
     for i, j in sorted(pairs + list(shape_pairs)):
-        partner[i] = j
+        partner[i - offset] = j
     return partner, tier
