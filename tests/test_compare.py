@@ -70,3 +70,15 @@ def test_integers_compare_exactly() -> None:
     b = a.clone()
     b[3] += 1
     assert not compare_fingerprints(_fp(a), _fp(b), EXACT).ok
+
+
+def test_equal_fingerprints_are_judged_as_their_statistics_would_be() -> None:
+    """Equal fingerprints take a short cut; its result is what comparing their statistics one by one gives
+    (a key the comparison ignores, on one side only, makes the two unequal and takes the long way)."""
+    x = torch.randn(257, generator=torch.Generator().manual_seed(3))
+    cases = [_fp(x), _fp(torch.zeros(8)), _fp(torch.full((4,), float("inf"))), _fp(x.double() * 1e300 * 1e10)]
+    for fp in cases:
+        for tolerance, noise in ((F32, None), (F32, 1e-6), (Tolerance(0.0, 0.0), None), (Tolerance(0.0, 0.0), 0.0)):
+            short_cut = compare_fingerprints(fp, dict(fp), tolerance, noise)
+            long_way = compare_fingerprints(fp, dict(fp, unrelated=1), tolerance, noise)
+            assert short_cut == long_way, (fp, tolerance, noise)

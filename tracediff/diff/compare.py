@@ -67,6 +67,11 @@ def compare_fingerprints(a: Fingerprint, b: Fingerprint, tolerance: Tolerance, n
         same = a["hash"] == b["hash"]
         return TensorComparison(same, 0.0 if same else math.inf, tolerance, "hash", False,
                                 times_allowed=0.0 if same else math.inf)
+    if a == b and all(x == x for x in (a["sum"], a["l1"], a["l2"], a["max"])):  # x == x: not NaN
+        # The same statistics (the common case: most ops compute bit for bit alike): every difference is 0.
+        if noise is None:
+            return TensorComparison(True, 0.0, tolerance, "sum", False, times_allowed=0.0)
+        return TensorComparison(True, 0.0, tolerance, "sum", False, noise, 0.0, False, 0.0)
     n = max(int(a.get("n") or 0), 1)
     l2_scale = max(abs(a["l2"]), abs(b["l2"]))
     # statistic -> (|a - b|, the scale it is relative to, atol summed over the elements it covers)

@@ -110,11 +110,14 @@ _INF_BY_DESIGN = {
 
 def makes_nonfinite(record: TraceRecord) -> bool:
     """True when an op (or a generated kernel) produces NaN/Inf from finite inputs (a NaN origin)."""
-    if record["t"] not in (OP, KERNEL) or writes_nonfinite_constant(record):  # a mask's -inf: on purpose
+    if record["t"] not in (OP, KERNEL):
+        return False
+    # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin. (Outputs first: every
+    # record of a trace is asked, and almost none has NaN or Inf.)
+    nonfinite = [t for t in record.get("out", ()) if has_nonfinite(t.get("fp")) and not t.get("uninit")]
+    if not nonfinite or writes_nonfinite_constant(record):  # a mask's -inf: on purpose
         return False
     by_design = _INF_BY_DESIGN.get(_packet(record)) if record["t"] == OP else None
-    # Uninitialized memory may hold NaN bit patterns: that is garbage, not a NaN origin.
-    if not any(has_nonfinite(t.get("fp")) and not t.get("uninit") and t.get("a") != by_design
-               for t in record.get("out", ())):
+    if not any(t.get("a") != by_design for t in nonfinite):
         return False
     return not any(has_nonfinite(t.get("fp")) for t in read_inputs(record))

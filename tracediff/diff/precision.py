@@ -92,7 +92,9 @@ def rewrites_an_input(record: TraceRecord) -> bool:
         fx, fy = x.get("fp"), y.get("fp")
         if not fx or not fy:
             return False
-        return x.get("dt") == y.get("dt") and bool(fx.get("n")) and all(fx.get(k) == fy.get(k) for k in _ORDER_FREE)
+        # l1 first: it tells almost every two values apart, and this runs for each record of B.
+        return (fx.get("l1") == fy.get("l1") and x.get("dt") == y.get("dt") and bool(fx.get("n"))
+                and all(fx.get(k) == fy.get(k) for k in _ORDER_FREE))
 
     return all(any(same(t, i) for i in ins) for t in outs)
 
