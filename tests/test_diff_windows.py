@@ -19,6 +19,8 @@ import pytest
 import tracediff.diff.align as align_module
 import tracediff.diff.engine as engine_module
 import tracediff.diff.skeleton as skeleton_module
+import tracediff.diff.verdict.walk as walk_module
+from tests.conftest import invoke
 from tracediff.config import Config
 from tracediff.diff.align import OP_TIER, VALUE_TIER, align, align_in_windows
 from tracediff.diff.engine import diff_traces
@@ -142,3 +144,20 @@ def test_the_cycle_collector_pauses_for_a_diff_and_is_left_as_it_was(pair: tuple
         assert result.first is not None and result.first.a.index == pair[2]["planted"]["index_a"]
     finally:
         gc.enable()
+
+
+def test_a_long_diff_tells_how_it_goes_on_stderr(pair: tuple[Path, Path, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tracediff diff` of traces past engine.PROGRESS_BYTES prints a line per stage and per million records of A
+    walked (both shrunk here), on stderr: stdout keeps the report alone."""
+    short = invoke("diff", str(pair[0]), str(pair[1]), "--format", "json")
+    assert short.exit_code == 1 and "tracediff: diff:" not in short.stderr  # a short diff says nothing of it
+    monkeypatch.setattr(engine_module, "PROGRESS_BYTES", 0)
+    monkeypatch.setattr(walk_module, "_PROGRESS_EVERY", 2_000)
+    long = invoke("diff", str(pair[0]), str(pair[1]), "--format", "json")
+    assert long.exit_code == 1 and long.report["first_divergence"]["index"] == pair[2]["planted"]["index_a"]
+    lines = [line for line in long.stderr.splitlines() if line.startswith("tracediff: diff:")]
+    assert lines[0] == "tracediff: diff: reading both traces (pass 1 of 2: keys for the alignment)"
+    assert "records to align" in lines[1] and "records paired" in lines[2] and "comparing them" in lines[2]
+    walked = [line for line in lines[3:] if "records of A" in line]
+    assert "compared 2,000 of " in walked[0] and len(walked) >= 3
+    assert any("the first divergence found" in line for line in walked)  # the planted record is mid-way

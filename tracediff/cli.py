@@ -468,7 +468,8 @@ def diff(trace_a: str, trace_b: str, noise_trace: str | None, rtol: float | None
     html, junit = check_output_path(html_path, "--html"), check_output_path(junit_path, "--junit")
     config = _load_config(config_path, rtol=rtol, atol=atol, strict_structure=strict_structure, exact=exact)
     sample = AlignmentSample() if html else None
-    report = diff_recordings(trace_a, trace_b, config, noise_trace, sample).to_json()
+    report = diff_recordings(trace_a, trace_b, config, noise_trace, sample,
+                             progress=lambda line: _echo_err(f"tracediff: {line}")).to_json()
     write_report_files(report, sample, html, junit, _echo_err)
     sys.exit(_emit(report, fmt))
 

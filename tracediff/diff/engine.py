@@ -9,8 +9,9 @@ import multiprocessing
 import os
 import re
 import tempfile
+import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,17 @@ _HEADER_NOISE = ("started", "t", "judged", "scope")
 
 # Below this size (of JSON lines: a compressed trace's is estimated) a second process costs more than it saves.
 _PARALLEL_BYTES = 64 * 2**20
+# From this size of the larger trace (about 300,000 records) a diff takes a minute or more: it reports its progress.
+PROGRESS_BYTES = 256 * 2**20
+
+Progress = Callable[[str], None]
 
 
 def build_skeletons(path_a: str | Path, path_b: str | Path, spill: Path | None = None) -> tuple[Skeleton, Skeleton]:
     """Pass 1 over both files; two large files are read in two processes at once. With `spill`, a folder:
     the keys of long traces go to files there (skeleton.py)."""
     spill_a, spill_b = (spill / "a", spill / "b") if spill is not None else (None, None)
-    sizes = [estimated_text_bytes(p) if Path(p).is_file() else 0 for p in (path_a, path_b)]
+    sizes = [_text_bytes(p) for p in (path_a, path_b)]
     if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return build_skeleton(path_a, spill_a), build_skeleton(path_b, spill_b)
     # Forked, not spawned: the keys hash strings, and a fresh interpreter hashes them with another secret.
@@ -47,26 +52,44 @@ def build_skeletons(path_a: str | Path, path_b: str | Path, spill: Path | None =
 
 
 def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
-                sample: AlignmentSample | None = None, noise_trace: str | Path | None = None) -> DiffResult:
+                sample: AlignmentSample | None = None, noise_trace: str | Path | None = None,
+                progress: Progress | None = None) -> DiffResult:
     """Align trace B to reference trace A and find the first divergence.
 
     `sample`, if given, collects a bounded view of the alignment for the HTML report.
     noise_trace: a float64 re-run of A (`record --float64`); differences are
     then judged against each tensor's measured noise too (diff/noise.py).
+    progress: told a line at each stage of a long diff (traces of PROGRESS_BYTES or more), and as the walk goes.
     """
+    if progress is not None and max(_text_bytes(path_a), _text_bytes(path_b)) < PROGRESS_BYTES:
+        progress = None
     with _no_cycle_collection():
-        a, b, partner, tier = aligned_skeletons(path_a, path_b)
+        a, b, partner, tier = aligned_skeletons(path_a, path_b, progress)
         noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
-        return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise)
+        return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise, progress=progress)
 
 
-def aligned_skeletons(path_a: str | Path, path_b: str | Path) -> tuple[Skeleton, Skeleton, array, bytearray]:
+def aligned_skeletons(path_a: str | Path, path_b: str | Path, progress: Progress | None = None
+                      ) -> tuple[Skeleton, Skeleton, array, bytearray]:
     """Pass 1 of both traces and B aligned to A (`partner`, `tier`: align.py). The keys of long traces are
     spilled to a temporary folder, deleted once they are aligned."""
+    started = time.monotonic()
     with _no_cycle_collection(), tempfile.TemporaryDirectory(prefix="tracediff-keys-") as spill:
+        if progress is not None:
+            progress("diff: reading both traces (pass 1 of 2: keys for the alignment)")
         a, b = build_skeletons(path_a, path_b, Path(spill))
+        if progress is not None:
+            progress(f"diff: {len(a):,} and {len(b):,} records to align ({time.monotonic() - started:.0f} s); aligning")
         partner, tier = align_in_windows(a, b)
+    if progress is not None:
+        paired = sum(1 for j in partner if j >= 0)
+        progress(f"diff: {paired:,} records paired ({time.monotonic() - started:.0f} s); "
+                 "comparing them (pass 2 of 2)")
     return a, b, partner, tier
+
+
+def _text_bytes(path: str | Path) -> int:
+    return estimated_text_bytes(path) if Path(path).is_file() else 0
 
 
 @contextlib.contextmanager

@@ -85,14 +85,15 @@ def run_distributed(script: str, script_args: list[str], backends: list[str], co
 
 
 def diff_recordings(trace_a: str, trace_b: str, config: Config, noise_trace: str | None = None,
-                    sample: AlignmentSample | None = None) -> Outcome:
-    """`tracediff diff`: two recordings compared, A the reference; `noise_trace` a float64 re-run of A."""
+                    sample: AlignmentSample | None = None, progress: Callable[[str], None] | None = None) -> Outcome:
+    """`tracediff diff`: two recordings compared, A the reference; `noise_trace` a float64 re-run of A;
+    `progress` told how a long diff goes."""
     if noise_trace is not None and not Path(noise_trace).is_file():
         raise UserError(f"{noise_trace}: no such file")
     sets = rank_set(Path(trace_a)), rank_set(Path(trace_b))
     if sets[0] is not None or sets[1] is not None:
         return diff_rank_sets(trace_a, trace_b, sets, config, noise_trace)
-    result = diff_traces(trace_a, trace_b, config, sample=sample, noise_trace=noise_trace)
+    result = diff_traces(trace_a, trace_b, config, sample=sample, noise_trace=noise_trace, progress=progress)
     return decide(result, [trace_a, trace_b], config)
 
 

@@ -14,7 +14,9 @@ alignment and bounded maps of compact producer entries for the walk back.
 
 from __future__ import annotations
 
+import time
 from array import array
+from collections.abc import Callable
 
 from tracediff.config import Config
 from tracediff.diff.align import VALUE_TIER
@@ -45,13 +47,17 @@ from tracediff.trace.schema import KERNEL, OP, REGION, TraceRecord
 # Echoes counted before reading stops; structure differences kept as examples.
 _INHERITED_LIMIT = 10_000
 _STRUCTURE_EXAMPLES = 5
+# Records of A between two progress lines of a long walk (about a minute's work).
+_PROGRESS_EVERY = 1_000_000
 
 
 def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, config: Config, *,
-                    sample: AlignmentSample | None = None, noise: Noise | None = None) -> DiffResult:
-    """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report)."""
+                    sample: AlignmentSample | None = None, noise: Noise | None = None,
+                    progress: Callable[[str], None] | None = None) -> DiffResult:
+    """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report); `progress`,
+    a line every _PROGRESS_EVERY records of A."""
     walker = _Walker(a, b, partner, tier, config, sample, noise)
-    walker.run()
+    walker.run(progress)
     return walker.finish()
 
 
@@ -77,9 +83,10 @@ class _Walker:
         # The change below the tolerance the first divergence's inputs carry.
         self.first_entry: LooseEntry | None = None
 
-    def run(self) -> None:
+    def run(self, progress: Callable[[str], None] | None = None) -> None:
         result, walk, sample = self.result, self.walk, self.sample
         alignable_index = -1
+        started = time.monotonic()
         for ra in Trace(result.a.path):
             if sample is not None and result.first is not None:
                 sample.diverged()  # found at the previous row
@@ -92,6 +99,10 @@ class _Walker:
                 walk.a_side.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
                 continue
             alignable_index += 1
+            if progress is not None and alignable_index and not alignable_index % _PROGRESS_EVERY:
+                found = "; the first divergence found, counting what follows" if result.first is not None else ""
+                progress(f"diff: compared {alignable_index:,} of {len(result.a):,} records of A "
+                         f"({time.monotonic() - started:.0f} s){found}")
             if not self._visit(ra, alignable_index):
                 return
 
