@@ -121,7 +121,10 @@ def _looping_recording(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], 
     """A client whose forked recording loops until stopped: (the client, the recording's pid and its child's).
     Whatever the test leaves running is killed at the end, a failed test's too."""
     client = subprocess.Popen(_command(tmp_path, LOOP, "eager"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+                              text=True, start_new_session=True,
+                              # as from a terminal, whatever this process inherited: the recording takes Ctrl-C as
+                              # its client found it, and a client that found it ignored forks one that ignores it
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     groups = [client.pid]
     try:
         assert client.stdout is not None
