@@ -138,6 +138,8 @@ class Amplified:
 
     def origin_of_reads(self, record: TraceRecord) -> Amplifier | None:
         """The amplifier behind the first amplified value the record reads, if any."""
+        if not self._origin:  # the common case: nothing amplified is remembered
+            return None
         return next((o for o in map(self.origin, record.get("in", ())) if o is not None), None)
 
     def mark(self, tensors: Iterable[Tensor], origin: Amplifier, observed: bool = True) -> None:

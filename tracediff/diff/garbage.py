@@ -25,11 +25,11 @@ class Garbage:
         self._keys: OrderedDict[tuple[Any, Any], None] = OrderedDict()
 
     def holds(self, t: Tensor) -> bool:
-        return bool(t.get("uninit")) or (t.get("id"), t.get("v")) in self._keys
+        return bool(t.get("uninit")) or (bool(self._keys) and (t.get("id"), t.get("v")) in self._keys)
 
     def record(self, record: TraceRecord) -> None:
         outs = record.get("out", ())
-        if any(self.holds(t) for t in record.get("in", ())) and preserves_values(record):
+        if any(map(self.holds, record.get("in", ()))) and preserves_values(record):
             garbage = list(outs)
         else:
             garbage = [t for t in outs if t.get("uninit")]

@@ -129,11 +129,19 @@ class CarriedPrecision:
         """File the outputs of one record of A under the loosest precision its floating inputs carry."""
         if record["t"] == REGION:
             return  # a region's outputs are values its ops made (filed there); its inputs, values made before
+        floating_inputs = [t for t in record.get("in", ()) if is_floating(t.get("dt")) and not t.get("uninit")]
+        if not floating_inputs:
+            return
+        if not self._carried:
+            # Nothing carried yet (no value widened so far): an output of the dtype and device of every floating
+            # input is judged at its own tolerance, the common case, which needs nothing remembered.
+            kinds = {(t["dt"], t.get("dev", "cpu")) for t in floating_inputs}
+            if len(kinds) == 1 and all(not is_floating(t.get("dt")) or (t["dt"], t.get("dev", "cpu")) in kinds
+                                       for t in record.get("out", ())):
+                return
         op = record.get("op") or record.get("name") or ""
         module = record.get("m")
-        inputs = [self.of(t, op, module) for t in record.get("in", ()) if is_floating(t.get("dt")) and not t.get("uninit")]
-        if not inputs:
-            return
+        inputs = [self.of(t, op, module) for t in floating_inputs]
         for t in record.get("out", ()):
             if not is_floating(t.get("dt")):
                 continue

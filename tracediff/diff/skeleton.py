@@ -14,7 +14,7 @@ import math
 from array import array
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracediff.diff.nan_origin import NanOrigin
 from tracediff.diff.place import makes_nonfinite
@@ -39,7 +39,11 @@ def op_line_key(record: TraceRecord) -> int:
     """The op a record computes (see `chain_op`) and its source line: does the other run compute
     that op at that line at all (or did a compiler pass put it there)?"""
     op = chain_op(record)
-    return hash((base_op(op) if op else None, record.get("src")))
+    return _op_line(base_op(op) if op else None, record.get("src"))
+
+
+def _op_line(base: str | None, source: str | None) -> int:
+    return hash((base, source))
 
 
 def alignable(record: TraceRecord) -> bool:
@@ -98,34 +102,48 @@ def _named_key(record: TraceRecord, signature: tuple) -> int:
     return hash(("named", src, name, signature[:1])) if name else 0
 
 
-def keys_of(record: TraceRecord) -> tuple[int, int, int | None, int | None, int]:
-    """(primary, signature, value, fine value, named) hashes of one alignable record.
+class RecordKeys(NamedTuple):
+    """The hashes one alignable record is aligned by (`keys_of`)."""
 
-    primary: op family and output shapes; signature: output shapes only;
-    value: the first output's rounded fingerprint, None when there is no
-    value to match on; fine value: the same with its rounded max, which tells
-    apart values whose sums cancel and whose l1 round alike (a residual add
-    and the layer norm of it), and the signs of its sketch's large entries,
-    which tell a square matrix from its transpose; named: see `_named_key`. A region's keys are
-    its identity (named: 0, none).
-    """
+    primary: int  # op family and output shapes
+    signature: int  # output shapes only
+    value: int | None  # the first output's rounded fingerprint; None where there is no value to match on
+    # The same with its rounded max, which tells apart values whose sums cancel and whose l1 round alike (a
+    # residual add and the layer norm of it), and the signs of its sketch's large entries, which tell a square
+    # matrix from its transpose.
+    fine_value: int | None
+    named: int  # see `_named_key`
+    coarse: int  # the first output's magnitude, binned (`_coarse`); 0 for no value
+    coarse_shifted: int
+    op_line: int  # `op_line_key`
+
+
+def keys_of(record: TraceRecord) -> RecordKeys:
+    """The keys of one alignable record, in one pass over it (pass 1 computes them for every record of a trace).
+    A region's keys are its identity (named and coarse: 0)."""
     kind = record["t"]
+    op = chain_op(record)
+    base = base_op(op) if op else None
+    op_line = _op_line(base, record.get("src"))
     if kind == REGION:
         identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
-        return identity, identity, identity, identity, 0
+        return RecordKeys(identity, identity, identity, identity, 0, 0, 0, op_line)
     outs = record.get("out") or []
     signature = _signature(outs)
     # A kernel is keyed like the last op of its fused chain, whose value it writes.
-    name = chain_op(record) or record.get("name", "")
-    primary = hash((OP, base_op(name), signature))
+    primary = hash((OP, base if op else base_op(record.get("name", "")), signature))
     value = fine = None
+    coarse = shifted = 0
     for t in outs:
         fp = t.get("fp")
         if fp and not t.get("uninit") and fp.get("n"):
-            content = (t["dt"], tuple(t["sh"]), _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"])
+            dtype_and_shape = (t["dt"], tuple(t["sh"]))
+            content = (*dtype_and_shape, _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"])
             value, fine = hash(content), hash((*content, _round(fp.get("max", 0.0)), _sketch_signs(fp)))
+            coarse, shifted = _coarse(dtype_and_shape, fp.get("l1") or 0.0)
             break
-    return primary, hash(("sig", signature)), value, fine, _named_key(record, signature)
+    return RecordKeys(primary, hash(("sig", signature)), value, fine, _named_key(record, signature), coarse, shifted,
+                      op_line)
 
 
 # Alignable records whose keys stay in memory; past them a skeleton built with a spill folder writes its
@@ -156,7 +174,7 @@ class Skeleton:
     fine_value: array = field(default_factory=lambda: array("q"))
     named: array = field(default_factory=lambda: array("q"))  # keys_of's named key, 0 for none
     # The first output's magnitude (l1) in bins of about 0.1%, and in bins shifted by half a bin: two values
-    # within half a bin of each other share at least one (see `coarse_keys`).
+    # within half a bin of each other share at least one (see `_coarse`).
     coarse: array = field(default_factory=lambda: array("q"))
     coarse_shifted: array = field(default_factory=lambda: array("q"))
     has_value: bytearray = field(default_factory=bytearray)
@@ -209,19 +227,13 @@ class Skeleton:
 _COARSE_BINS = 2300
 
 
-def coarse_keys(record: TraceRecord) -> tuple[int, int]:
-    """Two keys of the first output's dtype, shape and magnitude (l1), binned at about 0.1% and at the
-    bins shifted by half: values within 0.05% of each other share one of them. (0, 0) for no value."""
-    for t in record.get("out") or ():
-        fp = t.get("fp")
-        if fp and not t.get("uninit") and fp.get("n") and record["t"] != REGION:
-            l1 = fp.get("l1") or 0.0
-            x = math.log10(l1) * _COARSE_BINS if 0 < l1 < math.inf else None
-            kind = (t["dt"], tuple(t["sh"]))
-            if x is None:
-                return hash((*kind, l1)), hash((*kind, l1))
-            return hash((*kind, math.floor(x))), hash((*kind, "shifted", math.floor(x + 0.5)))
-    return 0, 0
+def _coarse(dtype_and_shape: tuple, l1: float) -> tuple[int, int]:
+    """Two keys of a value's dtype, shape and magnitude (l1), binned at about 0.1% and at the bins shifted by
+    half: values within 0.05% of each other share one of them."""
+    if not 0 < l1 < math.inf:
+        return hash((*dtype_and_shape, l1)), hash((*dtype_and_shape, l1))
+    x = math.log10(l1) * _COARSE_BINS
+    return hash((*dtype_and_shape, math.floor(x))), hash((*dtype_and_shape, "shifted", math.floor(x + 0.5)))
 
 
 class _CollectiveKeys:
@@ -255,23 +267,23 @@ def build_skeleton(path: str | Path, spill: Path | None = None) -> Skeleton:
         if not alignable(record):
             continue
         skeleton.is_region.append(record["t"] == REGION)
-        primary, signature, value, fine, named = keys_of(record)
+        keys = keys_of(record)
+        value, fine = keys.value, keys.fine_value
         if record["t"] == OP and is_collective(record["op"]):
             value = fine = collectives.key(record)
-        coarse, shifted = coarse_keys(record)
         src = record.get("src")
-        skeleton.primary.append(primary)
-        skeleton.signature.append(signature)
+        skeleton.primary.append(keys.primary)
+        skeleton.signature.append(keys.signature)
         skeleton.value.append(value if value is not None else 0)
         skeleton.fine_value.append(fine if fine is not None else 0)
         skeleton.has_value.append(value is not None)
-        skeleton.named.append(named)
-        skeleton.coarse.append(coarse)
-        skeleton.coarse_shifted.append(shifted)
+        skeleton.named.append(keys.named)
+        skeleton.coarse.append(keys.coarse)
+        skeleton.coarse_shifted.append(keys.coarse_shifted)
         skeleton.source.append(hash(src) if src else 0)
         skeleton.backward.append(bool(record.get("bw")))
         skeleton.length += 1
-        skeleton.op_lines.add(op_line_key(record))
+        skeleton.op_lines.add(keys.op_line)
         if spill is not None and len(skeleton.primary) >= (_SPILL_CHUNK if skeleton.spilled else IN_MEMORY_RECORDS):
             skeleton.spill_to(spill)
     if skeleton.spilled is not None:

@@ -76,21 +76,21 @@ class ASide:
             # Agreeing now, but made from an update's coherent change (AdamW's `sqrt` of the state its
             # foreach `addcmul_` wrote): a later update reading it still carries that change's maker.
             self.amplified.mark([t for t in record.get("out", ()) if t.get("fp")], carried, observed=False)
+        reads = reads_of(record)
+        shows_a_view = len(reads) == 1 and preserves_values(record)
         for t in record.get("out", ()):
             for key in filed_keys(record, t):
                 self.unknown_producers.pop(key, None)
                 if t.get("uninit"):
-                    put_bounded(self.unknown_producers, key, Produced(place, reads_of(record), True, True))
+                    put_bounded(self.unknown_producers, key, Produced(place, reads, True, True))
                 elif self.garbage.holds(t):  # a view of uninitialized memory, not compared: walk on to the allocation
-                    put_bounded(self.unknown_producers, key, Produced(place, reads_of(record), False, False))
+                    put_bounded(self.unknown_producers, key, Produced(place, reads, False, False))
                 elif t.get("unread"):  # written, not fingerprinted (AdamW's foreach step): made here, unseen
                     self.agreed.pop(key, None)
-                    put_bounded(self.unknown_producers, key,
-                                 Produced(place, reads_of(record), True, False, unread=True))
+                    put_bounded(self.unknown_producers, key, Produced(place, reads, True, False, unread=True))
                 else:
                     put_bounded(self.agreed, key, place)
-                    reads = reads_of(record)
-                    if len(reads) == 1 and preserves_values(record):
+                    if shows_a_view:
                         put_bounded(self.shown_by_view, key, reads[0])
 
     def agreed_value(self, t: Tensor) -> Place | None:

@@ -80,8 +80,11 @@ def resolve(ref: Ref, *tables: OrderedDict) -> Key:
     """The key of a value read: its own if known, else the last write to its base's storage
     at that version (a view read after its base, or another view of it, was written)."""
     key = ref[:2]
-    if ref[2] is None or ref[1] is None or any(key in table for table in tables):
+    if ref[2] is None or ref[1] is None:
         return key
+    for table in tables:  # a loop, not any() over a generator: this runs several times per record of a diff
+        if key in table:
+            return key
     return ref[2], ref[1]
 
 
