@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
+import subprocess
+import sys
 from array import array
 from pathlib import Path
 from types import ModuleType
@@ -161,3 +164,14 @@ def test_a_long_diff_tells_how_it_goes_on_stderr(pair: tuple[Path, Path, dict], 
     walked = [line for line in lines[3:] if "records of A" in line]
     assert "compared 2,000 of " in walked[0] and len(walked) >= 3
     assert any("the first divergence found" in line for line in walked)  # the planted record is mid-way
+
+
+def test_a_diff_of_traces_without_same_input_checks_never_imports_torch(pair: tuple[Path, Path, dict]) -> None:
+    """torch's import costs a `tracediff diff` about 200 MB of memory and a second: only judging same-input checks
+    (judge/measure.py) and, once a divergence is found, asking torch whether its op draws random numbers need it."""
+    script = ("import sys\nfrom tracediff.cli import main\nsys.argv = ['tracediff', 'diff', sys.argv[1], sys.argv[2]]\n"
+              "try:\n    main()\nexcept SystemExit as e:\n    print('exit', e.code, 'torch' in sys.modules)\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script, str(pair[0]), str(pair[0])], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+    assert done.stdout.splitlines()[-1] == "exit 0 False", done.stderr

@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracediff.config import Config
 from tracediff.errors import TraceFormatError
-from tracediff.judge.measure import Judgement, Measurement, judge
 from tracediff.op_names import packet
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import OP, REGION, CheckRecord, Footer
+
+if TYPE_CHECKING:  # judge/measure.py imports torch: a diff of traces without same-input checks never needs it
+    from tracediff.judge.measure import Judgement, Measurement
 
 _PHASES = {"fw": "forward", "bw": "compiled backward"}
 
@@ -139,6 +141,8 @@ def rel_diff(m: Measurement) -> float | None:
 
 
 def _wrong_outputs(check: CheckRecord, config: Config) -> list[WrongOutput]:
+    from tracediff.judge.measure import Measurement, judge
+
     wrong = []
     for record in check.get("outs") or ():
         m = Measurement.from_record(record)
