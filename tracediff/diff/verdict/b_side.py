@@ -100,6 +100,10 @@ class BSide:
         self._records = self._alignable(Trace(path))
         self.index = -1
         self.current: TraceRecord | None = None
+        # Whether A computes an op at a line (`op_line_key`), by the op's and line's names: a trace has few of them.
+        self._foreign: dict[tuple[str | None, str | None], bool] = {}
+        # The last record streamed that wrote values, and their contents (`content_of`), which `agree` files again.
+        self._written: tuple[TraceRecord | None, list[tuple | None]] = (None, [])
 
     def _alignable(self, trace: Trace) -> Iterator[TraceRecord]:
         count = 0
@@ -110,7 +114,7 @@ class BSide:
                 self._note_read(t)
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 only_b = is_alignable and not self._paired[count]
-                foreign = op_line_key(record) not in self._a_op_lines
+                foreign = self._is_foreign(record)
                 made = Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), reads_of(record),
                              preserves_values(record) or rewrites_an_input(record), only_b=only_b, foreign=foreign,
@@ -121,15 +125,24 @@ class BSide:
                              if only_b else (),
                              fused_lines=_fused_lines(record),
                              unread=any(t.get("unread") for t in outs), backward=bool(record.get("bw")))
-                for t in outs:
+                contents = [content_of(t) for t in outs]
+                self._written = (record, contents)
+                for t, content in zip(outs, contents):
                     for key in filed_keys(record, t):
                         put_bounded(self.producers, key, made)
-                    content = content_of(t)
                     if content is not None:
                         put_bounded(self.by_content, content, (value_key(t), made))
             if is_alignable:
                 count += 1
                 yield record
+
+    def _is_foreign(self, record: TraceRecord) -> bool:
+        """Does only B compute this record's op at its line (`op_line_key` not among A's)?"""
+        names = (chain_op(record), record.get("src"))
+        foreign = self._foreign.get(names)
+        if foreign is None:
+            foreign = self._foreign[names] = op_line_key(record) not in self._a_op_lines
+        return foreign
 
     def _note_read(self, t: Tensor) -> None:
         """A tensor read that no record made (inductor's `reinterpret_tensor` of a kernel's buffer,
@@ -144,14 +157,17 @@ class BSide:
         """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs.
         `loose`: those of its outputs that agreed only within the absolute tolerance (loosely_agreeing)."""
         loose_args = {t.get("a") for t in loose}
-        for t in record.get("out", ()):
+        outs = record.get("out", ())
+        written, contents = self._written
+        if written is not record:  # filed when it was streamed, unless it wrote none (a region)
+            contents = [content_of(t) for t in outs]
+        for t, content in zip(outs, contents):
             if t.get("unread"):  # written, never fingerprinted: not known to agree
                 continue
             for key in filed_keys(record, t):
                 put_bounded(self.agreed, key, a_index)
                 if t.get("a") in loose_args:
                     put_bounded(self.loose, key, None)
-            content = content_of(t)
             # A value that agreed only loosely is no evidence that a record writing its content recomputes A's
             # value (a pass's `mul` of a small gradient, then a view of it paired and agreeing within atol).
             if content is not None and t.get("a") not in loose_args:
