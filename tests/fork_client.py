@@ -63,6 +63,45 @@ def receive_message(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, An
     return (json.loads(data) if data else None), fds
 
 
+class _SignalsPassedOn:
+    """Ctrl-C and SIGTERM passed on to the recording's process group, from before it is forked: one that comes
+    between the fork and this process learning the recording's pid (the recording may already be running and
+    printing) is held and passed on then, not lost."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.recording: int | None = None
+        self.held: list[int] = []
+        self._before = {signum: signal.signal(signum, self._pass_on) for signum in self.SIGNALS}
+
+    def _pass_on(self, signum: int, _frame: object) -> None:
+        if self.recording is None:
+            self.held.append(signum)
+        else:
+            self.send(signum)
+
+    def send(self, signum: int) -> None:
+        assert self.recording is not None
+        try:
+            os.killpg(self.recording, signum)
+        except ProcessLookupError:
+            pass
+
+    def forked(self, recording: int) -> None:
+        self.recording = recording
+        for signum in self.held:
+            self.send(signum)
+
+    def not_forked(self) -> None:
+        """Nothing was forked: the command will run in this process, which meets the signals held as it would
+        have without this class."""
+        for signum, before in self._before.items():
+            signal.signal(signum, before)
+        for signum in self.held:
+            os.kill(os.getpid(), signum)
+
+
 def _forked(server: str, command: list[str]) -> int | None:
     """The recording's wait status, forked by `server`; None where it would not fork it (nothing ran)."""
     try:
@@ -74,23 +113,16 @@ def _forked(server: str, command: list[str]) -> int | None:
                "env": dict(os.environ),
                # as this process found it: a child started in its place would have found the same
                "ignores_ctrl_c": signal.getsignal(signal.SIGINT) is signal.SIG_IGN}
+    signals = _SignalsPassedOn()
     send_message(sock, request, [0, 1, 2])
     reply, _ = receive_message(sock)
     if reply is None or "pid" not in reply:
+        signals.not_forked()
         return None
-    recording = reply["pid"]
-
-    def pass_on(signum: int, _frame: object) -> None:
-        try:
-            os.killpg(recording, signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, pass_on)
+    signals.forked(reply["pid"])
     done, _ = receive_message(sock)
     if done is None:  # the server is gone: no one is left to wait for the recording
-        pass_on(signal.SIGKILL, None)
+        signals.send(signal.SIGKILL)
         print("tracediff tests: the fork server went away during a recording", file=sys.stderr)
         return 70 << 8
     return int(done["status"])

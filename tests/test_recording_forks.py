@@ -153,16 +153,52 @@ def _gone(pid: int, within_s: float = 30.0) -> bool:
     return False
 
 
+def _where(pid: int) -> str:
+    """A process's state and the kernel function it waits in, from /proc (for a failure's message)."""
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+        return f"{state.split(':', 1)[1].strip()}, waiting in {Path(f'/proc/{pid}/wchan').read_text() or '-'}"
+    except (OSError, StopIteration):
+        return "gone"
+
+
 def test_ctrl_c_reaches_the_recording_which_ends_its_trace(tmp_path: Path) -> None:
     with _looping_recording(tmp_path) as (client, recording, _):
         assert recording != client.pid  # forked, not run by the client itself
         os.killpg(client.pid, signal.SIGINT)  # as the launcher passes Ctrl-C on
-        assert client.wait(timeout=120) == 3
+        try:
+            assert client.wait(timeout=120) == 3
+        except subprocess.TimeoutExpired:  # seen once in a full suite, not reproduced since: say where each stood
+            pytest.fail(f"no exit 120 s after Ctrl-C; client: {_where(client.pid)}; recording: {_where(recording)}")
         assert client.stderr is not None and "the script was interrupted" in client.stderr.read()
     trace = Trace(tmp_path / "t-True.jsonl")
     for _ in trace:
         pass
     assert trace.footer is not None and trace.footer["error"]["type"] == "KeyboardInterrupt"
+
+
+HELD_SIGNAL = """
+import os, signal, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+import fork_client
+recording = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+signals = fork_client._SignalsPassedOn()
+os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C before the server has said which process it forked
+deadline = time.monotonic() + 30
+while not signals.held and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("held", signals.held == [signal.SIGINT], flush=True)
+signals.forked(recording.pid)
+print("recording", recording.wait(timeout=60))
+"""
+
+
+def test_ctrl_c_before_the_recording_is_known_reaches_it_once_it_is() -> None:
+    """The client passes signals on from before it sends its request: a Ctrl-C that comes while the recording
+    already runs but before the client learned its pid (a loaded machine) is held and passed on, not lost."""
+    done = subprocess.run([sys.executable, "-c", HELD_SIGNAL, str(Path(__file__).parent)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.splitlines() == ["held True", f"recording {-signal.SIGINT}"], done.stderr
 
 
 def test_a_killed_client_takes_its_recording_and_the_recordings_children_with_it(tmp_path: Path) -> None:
