@@ -116,15 +116,19 @@ while True:
 """
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    """In a child about to start: Ctrl-C as a terminal gives it, whatever this process inherited. pytest started
+    as a background job (`make test &`) inherits SIGINT ignored; a client started so finds it ignored and has its
+    recording ignore it too (as a child started in its place would), and a test of Ctrl-C then waits forever."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def _looping_recording(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     """A client whose forked recording loops until stopped: (the client, the recording's pid and its child's).
     Whatever the test leaves running is killed at the end, a failed test's too."""
     client = subprocess.Popen(_command(tmp_path, LOOP, "eager"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True,
-                              # as from a terminal, whatever this process inherited: the recording takes Ctrl-C as
-                              # its client found it, and a client that found it ignored forks one that ignores it
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                              text=True, start_new_session=True, preexec_fn=_ctrl_c_as_from_a_terminal)
     groups = [client.pid]
     try:
         assert client.stdout is not None
@@ -181,7 +185,8 @@ HELD_SIGNAL = """
 import os, signal, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 import fork_client
-recording = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+recording = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 signals = fork_client._SignalsPassedOn()
 os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C before the server has said which process it forked
 deadline = time.monotonic() + 30
@@ -197,7 +202,7 @@ def test_ctrl_c_before_the_recording_is_known_reaches_it_once_it_is() -> None:
     """The client passes signals on from before it sends its request: a Ctrl-C that comes while the recording
     already runs but before the client learned its pid (a loaded machine) is held and passed on, not lost."""
     done = subprocess.run([sys.executable, "-c", HELD_SIGNAL, str(Path(__file__).parent)], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, preexec_fn=_ctrl_c_as_from_a_terminal)
     assert done.stdout.splitlines() == ["held True", f"recording {-signal.SIGINT}"], done.stderr
 
 
