@@ -71,11 +71,12 @@ class _Walker:
         self.compiled = bool((a.footer or {}).get("compile_calls") or (b.footer or {}).get("compile_calls"))
         comparer = Comparer(config, noise)
         amplified = self.result.amplified = Amplified()
-        paired_b = bytearray(len(b))
+        # Per alignable record of B: does it have a partner in A? (B's side, then the counts.)
+        self.paired_b = bytearray(len(b))
         for j in partner:
             if j >= 0:
-                paired_b[j] = 1
-        self.walk = Walk(comparer, ASide(comparer.garbage, amplified), BSide(b.path, paired_b, a.op_lines),
+                self.paired_b[j] = 1
+        self.walk = Walk(comparer, ASide(comparer.garbage, amplified), BSide(b.path, self.paired_b, a.op_lines),
                          ComputedValues(b.path), amplified, LooseEntries())
         self.rejected = 0
         # The first value B changed after it agreed whose reader's output still agreed (within the tolerance).
@@ -221,7 +222,7 @@ class _Walker:
             sample.finish((result.a.header, result.b.header), stopped_early=not result.inherited_complete)
         result.passed_by_noise = self.walk.comparer.passed_by_noise
         result.closest_to_noise = self.walk.comparer.closest
-        _count_structure(result, self.partner, self.rejected, self.compiled)
+        _count_structure(result, self.partner, self.paired_b, self.rejected, self.compiled)
         if result.first is not None:
             result.first = from_a_loose_entry(
                 from_an_absorbed_change(unsure_if_barely_beyond(result.first), self.absorbed), self.first_entry)
@@ -232,13 +233,10 @@ class _Walker:
         return result
 
 
-def _count_structure(result: DiffResult, partner: array, rejected: int, compiled: bool) -> None:
-    """Pairing counts from the alignment itself, so they hold even when reading stopped early."""
+def _count_structure(result: DiffResult, partner: array, paired_b: bytearray, rejected: int, compiled: bool) -> None:
+    """Pairing counts from the alignment itself (`paired_b`: per record of B, has it a partner), so they hold
+    even when reading stopped early."""
     a, b = result.a, result.b
-    paired_b = bytearray(len(b))
-    for j in partner:
-        if j >= 0:
-            paired_b[j] = 1
     result.paired = sum(paired_b) - rejected
     result.unpaired_a = len(a) - result.paired
     result.unpaired_b = len(b) - result.paired
