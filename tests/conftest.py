@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,14 @@ def _runner() -> CliRunner:
         return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
     except TypeError:
         return CliRunner()
+
+
+def ctrl_c_as_from_a_terminal() -> None:
+    """A `preexec_fn`: the child starts with Ctrl-C as a terminal gives it, whatever this process inherited. pytest
+    started as a background job (`make test &`) inherits SIGINT ignored, and a child started from it would ignore
+    Ctrl-C too (a fork client has its recording ignore it, as a child in its place would): a test of Ctrl-C then
+    waits forever."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def invoke(*args: str) -> Result:

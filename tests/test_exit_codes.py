@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, Result, invoke
+from tests.conftest import FIXTURES, Result, ctrl_c_as_from_a_terminal, invoke
 from tracediff.report.text import render_text
 from tracediff.repro.writer import render_result
 from tracediff.run.backend_source import defines
@@ -92,8 +92,7 @@ def test_ctrl_c_exits_130_names_the_partial_trace_and_leaves_no_process(tmp_path
         [sys.executable, "-m", "tracediff.cli", "run", str(FIXTURES / "trains_until_stopped.py"),
          "--backends", "eager,aot_eager", "--out-dir", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        # as from a terminal, whatever started pytest: a background job inherits SIGINT ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=ctrl_c_as_from_a_terminal,
     )
     try:
         assert tracediff.stderr is not None

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, child_command, invoke
+from tests.conftest import FIXTURES, child_command, ctrl_c_as_from_a_terminal, invoke
 from tests.recording_forks import cli_command, wait_until_listening
 from tracediff.launch.launcher import CHILD_PREFIX_VARIABLE
 from tracediff.trace.reader import Trace
@@ -116,19 +116,12 @@ while True:
 """
 
 
-def _ctrl_c_as_from_a_terminal() -> None:
-    """In a child about to start: Ctrl-C as a terminal gives it, whatever this process inherited. pytest started
-    as a background job (`make test &`) inherits SIGINT ignored; a client started so finds it ignored and has its
-    recording ignore it too (as a child started in its place would), and a test of Ctrl-C then waits forever."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @contextlib.contextmanager
 def _looping_recording(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     """A client whose forked recording loops until stopped: (the client, the recording's pid and its child's).
     Whatever the test leaves running is killed at the end, a failed test's too."""
     client = subprocess.Popen(_command(tmp_path, LOOP, "eager"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True, preexec_fn=_ctrl_c_as_from_a_terminal)
+                              text=True, start_new_session=True, preexec_fn=ctrl_c_as_from_a_terminal)
     groups = [client.pid]
     try:
         assert client.stdout is not None
@@ -202,7 +195,7 @@ def test_ctrl_c_before_the_recording_is_known_reaches_it_once_it_is() -> None:
     """The client passes signals on from before it sends its request: a Ctrl-C that comes while the recording
     already runs but before the client learned its pid (a loaded machine) is held and passed on, not lost."""
     done = subprocess.run([sys.executable, "-c", HELD_SIGNAL, str(Path(__file__).parent)], capture_output=True,
-                          text=True, timeout=120, preexec_fn=_ctrl_c_as_from_a_terminal)
+                          text=True, timeout=120, preexec_fn=ctrl_c_as_from_a_terminal)
     assert done.stdout.splitlines() == ["held True", f"recording {-signal.SIGINT}"], done.stderr
 
 
