@@ -15,7 +15,10 @@ Three tiers, each refining the gaps the previous one left:
    same thing (where several tie, the last of them: a kernel writes the value
    of its chain's last op); then an op and a kernel named for it (inductor names kernels
    after the aten ops they came from) at the same line with the same shapes,
-   the last such kernel of the gap;
+   the last such kernel of the gap. Last of all, a pair by op left at the first
+   op of a chain (the unpaired records after it, at its line) moves to the last
+   op of the chain with its key, which is the one whose value the other run's
+   single record writes;
 3. inside what remains, output shapes alone: ops that stand in the same place
    with the same shapes but compute differently, which is where a wrong
    decomposition (`cos` computed as `sin`) shows. This is weak evidence, so
@@ -102,6 +105,39 @@ def _last_named(pairs: Pairs, a: Skeleton, b: Skeleton, span: Span) -> Pairs:
     return sorted(pairs + named)
 
 
+def _to_chain_ends(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:
+    """Pairs made by op moved to the end of the chain they start, on each side: where the unpaired records after
+    a paired one are at its source line, the last of them with its key takes its place. The other run computed
+    that line's chain in one record (a kernel fusing GELU's `0.5 * x * (1 + tanh(...))` writes the last `mul`'s
+    value, not the first's), and in a long gap (the runs' values drifted apart: no pair by value near) the
+    tie can leave the pair at the chain's first op, whose value is another."""
+    paired_b = bytearray(len(b))
+    for j in partner:
+        if j >= 0:
+            paired_b[j] = 1
+    paired_a = _unpaired_mask(partner)
+    for i in [m.start() for m in _OP_PAIRS.finditer(tier)]:
+        j = partner[i]
+        end_i, end_j = _chain_end(a, i, paired_a, taken=0), _chain_end(b, j, paired_b, taken=1)
+        if (end_i, end_j) != (i, j):
+            partner[i], tier[i], paired_b[j] = -1, 0, 0
+            partner[end_i], tier[end_i], paired_b[end_j] = end_j, OP_TIER, 1
+
+
+def _chain_end(skeleton: Skeleton, at: int, mask: bytes | bytearray, taken: int) -> int:
+    """The last record from `at` on with `at`'s key in the unbroken run of records at `at`'s source line that
+    no pair takes (`mask[k] == taken`: paired); `at` where its line is not known."""
+    line, key, end = skeleton.source[at], skeleton.primary[at], at
+    if not line:
+        return at
+    for k in range(at + 1, len(skeleton)):
+        if mask[k] == taken or skeleton.source[k] != line:
+            break
+        if skeleton.primary[k] == key:
+            end = k
+    return end
+
+
 def _sources_differ(a: Skeleton, b: Skeleton, i: int, j: int) -> bool:
     return bool(a.source[i]) and bool(b.source[j]) and a.source[i] != b.source[j]
 
@@ -150,6 +186,7 @@ def align(a: Skeleton, b: Skeleton) -> tuple[array, bytearray]:
             partner[inside], tier[inside] = trial_partner, trial_tier
             trials = None
     _unpair_reordered(partner, tier, a, b)
+    _to_chain_ends(partner, tier, a, b)
     return partner, tier
 
 
@@ -232,6 +269,7 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
 
 # The tiers of pairs made by op or by shapes (a byte of `tier` each), found at C speed.
 _WEAK_TIERS = re.compile(b"[%c%c]" % (OP_TIER, SHAPE_TIER))
+_OP_PAIRS = re.compile(b"%c" % OP_TIER)
 
 
 def _value_places(skeleton: Skeleton, lines: set[int]) -> dict[tuple[int, int], list[int]]:
