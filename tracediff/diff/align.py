@@ -116,8 +116,11 @@ def _to_chain_ends(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) ->
         if j >= 0:
             paired_b[j] = 1
     paired_a = _unpaired_mask(partner)
+    last_a, last_b = len(a) - 1, len(b) - 1
     for i in [m.start() for m in _OP_PAIRS.finditer(tier)]:
         j = partner[i]
+        if (i == last_a or not paired_a[i + 1]) and (j == last_b or paired_b[j + 1]):
+            continue  # paired records follow on both sides: no chain (most pairs of a long trace)
         end_i, end_j = _chain_end(a, i, paired_a, taken=0), _chain_end(b, j, paired_b, taken=1)
         if (end_i, end_j) != (i, j):
             partner[i], tier[i], paired_b[j] = -1, 0, 0
