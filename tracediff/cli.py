@@ -188,15 +188,19 @@ def cli() -> None:
 @click.option("--exact", is_flag=True, default=None, help="also record a bitwise hash of every tensor")
 @click.option("--timeout", type=float, default=None, help="seconds before the run is killed [default: 900]")
 @click.option("--float64", is_flag=True, help="compute every floating op in float64: a noise reference for diff --noise")
+@click.option("--same-inputs", is_flag=True,
+              help="judge each compiled call on its own inputs against the uncompiled graph and float64, as `run` "
+                   "judges its candidate: `diff` then tells a compiler's error from drift a training run amplified "
+                   "(needs a compiling --backend; each call runs again uncompiled)")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="tracediff.yaml whose seed, exact, fallback_random and timeout apply [default: ./tracediff.yaml]")
 @click.option("--nproc-per-node", "nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="processes to launch with torch's elastic launcher (torchrun); each writes its rank's trace")
 @_node_options
 def record(script: str, script_args: tuple[str, ...], output: str, backend: str | None, seed: int | None,
-           exact: bool | None, timeout: float | None, float64: bool, config_path: str | None, nproc: int,
-           nnodes: str | None, node_rank: int | None, rdzv_endpoint: str | None, rdzv_backend: str | None,
-           rdzv_id: str | None) -> None:
+           exact: bool | None, timeout: float | None, float64: bool, same_inputs: bool, config_path: str | None,
+           nproc: int, nnodes: str | None, node_rank: int | None, rdzv_endpoint: str | None,
+           rdzv_backend: str | None, rdzv_id: str | None) -> None:
     """Run SCRIPT under the recorder and write one trace.
 
     Options go before --, the script's own arguments after it. Inside a rank
@@ -207,6 +211,7 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
     \b
       tracediff record train.py -o run.jsonl -- --steps 2
       tracediff record train.py --backend eager --float64 -o noise.jsonl
+      tracediff record train.py --backend inductor --same-inputs -o compiled.jsonl   # a training run
       tracediff record ddp_train.py --nproc-per-node 2 -o run.jsonl   # run.rank0.jsonl, run.rank1.jsonl
       torchrun --nproc-per-node 2 -m tracediff.cli record ddp_train.py -o run.jsonl   # the same two traces
     \b
@@ -221,7 +226,7 @@ def record(script: str, script_args: tuple[str, ...], output: str, backend: str 
     nodes = nodes_of(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id)
     config = _load_config(config_path, seed=seed, exact=exact, timeout=timeout)
     result = record_script(script, list(script_args), backend, config, Path(output), float64, _echo_err, nproc,
-                           nodes)
+                           nodes, judge=same_inputs)
     written = ", ".join(map(str, result.rank_traces or (result.trace,)))
     failure = result.failure()
     if failure:

@@ -31,6 +31,7 @@ from tracediff.outcome import (
     TensorEvidence,
     Verdict,
 )
+from tracediff.trace.schema import Header
 
 
 def _number(x: float | None) -> float | None:
@@ -155,6 +156,12 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
             verdict = Verdict.DIVERGED if findings.first_wrong is not None else Verdict.MATCH
     programs = program_differences(result.a.header, result.b.header)
     notes = _notes(result, (run_a, run_b), first, findings, drift, programs, failed, determinism_check)
+    if verdict is Verdict.DIVERGED and findings is None and config.same_inputs and not determinism_check \
+            and _compiled_unjudged(run_b, result.b.header):
+        notes.append(f"B's compiled calls were not judged on their own inputs, so this verdict is the trace rules' "
+                     f"alone: over many training steps, rounding an optimizer amplifies can look like this. "
+                     f"`tracediff run`, or B recorded with `tracediff record --backend {run_b.backend} --same-inputs`, "
+                     f"tells a compiler's error from drift")
     comparison = Comparison(
         result.inherited, result.inherited_complete, result.compared, result.paired, result.unpaired_a,
         result.unpaired_b, result.structure_count, tuple(result.structure), config.strict_structure,
@@ -169,6 +176,11 @@ def decide(result: DiffResult, traces: Sequence[str], config: Config,
                    tuple(programs), {k: {"rtol": v.rtol, "atol": v.atol} for k, v in config.tolerances.items()},
                    config.exact, calibration, same_inputs=findings.to_json() if findings else None,
                    drift=_drift(drift) if drift is not None else None)
+
+
+def _compiled_unjudged(run: RunSummary, header: Header) -> bool:
+    """Did `run` compile with a backend whose calls can be judged (not eager's, not dynamo's own), unjudged?"""
+    return bool(run.compile_calls) and run.backend not in (None, "eager", "dynamo") and not header.get("judged")
 
 
 def _first_divergence(first: Found | None, findings: SameInputFindings | None, by_traces: Found | None,

@@ -69,20 +69,33 @@ def check_custom_backend_module(spec: str, script: str) -> None:
 
 
 def record_script(script: str, script_args: list[str], backend: str | None, config: Config, output: Path,
-                  float64: bool, echo: Callable[[str], None], nproc: int = 1, nodes: Nodes | None = None) -> RunResult:
+                  float64: bool, echo: Callable[[str], None], nproc: int = 1, nodes: Nodes | None = None,
+                  judge: bool = False) -> RunResult:
     """`tracediff record`: one run of the script under the recorder, written to `output`. Each rank of a
     distributed run writes `output` with its global rank in the name: in a rank an outside launcher started
     (torchrun, srun: RANK and WORLD_SIZE set), or on `nproc` processes launched here by torch's launcher, this
-    node's part of a job on several `nodes` where given. On Ctrl-C it raises Interrupted naming the partial trace."""
+    node's part of a job on several `nodes` where given. `judge`: each compiled call is judged on its own inputs
+    (record/judging/), as `run` judges its candidate. On Ctrl-C it raises Interrupted naming the partial trace."""
     path = check_script(script)
     if backend:
         check_backend(backend, script)
+    if judge:
+        check_judgeable(backend, float64)
     if nproc > 1 or nodes is not None:
         refuse_inside_a_rank("--nnodes" if nodes is not None else "--nproc-per-node")
     output = rank_path(output)
     check_file(str(output), "-o")
-    recording = Recording.of(config, backend, float64=float64, nproc=nproc, nodes=nodes)
+    recording = Recording.of(config, backend, float64=float64, nproc=nproc, nodes=nodes, judge=judge)
     return record_in_subprocess(path, script_args, recording, output, echo)
+
+
+def check_judgeable(backend: str | None, float64: bool) -> None:
+    """`record --same-inputs` judges what a compiling backend made: one-line UserError where nothing is."""
+    if float64:
+        raise UserError("--same-inputs judges compiled calls, --float64 records the noise reference: one or the other")
+    if backend is None or (":" not in backend and resolve_backend(backend).compile_backend in (None, "eager")):
+        raise UserError("--same-inputs judges compiled calls: give the backend that compiles them, "
+                        "e.g. --backend inductor or --backend aot_eager")
 
 
 def refuse_inside_a_rank(option: str) -> None:
