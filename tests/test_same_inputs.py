@@ -18,7 +18,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from tracediff.config import Config, Tolerance
 from tracediff.diff.same_inputs import read_findings
-from tracediff.judge.measure import Measurement, judge, measure
+from tracediff.judge.measure import Measurement, any_wrong, carrying, judge, measure
 from tracediff.record.judging.backend import JudgingBackend, inner_backend
 
 F32 = Tolerance(1e-4, 1e-6)
@@ -121,6 +121,54 @@ def test_nan_where_eager_and_float64_are_finite_is_wrong() -> None:
     compiled = torch.tensor([1.0, float("nan"), 1.0, 1.0])
     m = measure("out0", compiled, exact.float(), exact)
     assert m is not None and m.nonfinite == 1 and judge(m, F32).wrong
+
+
+# Hugging Face Llama's float32 loss at step 6 of a healthy bf16-autocast AdamW run under inductor (recorded on
+# CPU): 1.4e-4 from eager's, 6x eager's error from float64 where eager's was small by luck. Its logits are
+# bfloat16, so it carries bfloat16's rounding: judged at float32's precision it was a false alarm.
+_BF16_LOSS = {"name": "out4", "dtype": "float32", "shape": [], "dist": 6.90937e-4, "err_c": 5.94068e-4,
+              "err_e": 9.6869e-5, "scale": 5.0070935, "size": 5.0070935, "dist_max": 6.90937e-4,
+              "err_c_max": 5.94068e-4, "err_e_max": 9.6869e-5, "scale_max": 5.0070935}
+
+
+def test_a_float32_value_computed_from_bfloat16_is_judged_at_bfloat16s_precision() -> None:
+    check = {"at": 0, "g": "f (region 0) graph 0", "call": 6, "ph": "fw", "outs": [_BF16_LOSS]}
+    findings = read_findings([check], Config())
+    assert findings is not None and findings.wrong_calls == 1  # as float32 alone
+    carried = {**check, "outs": [{**_BF16_LOSS, "carried": "bfloat16"}]}
+    findings = read_findings([carried], Config())
+    assert findings is not None and findings.judged and findings.wrong_calls == 0
+    # A fault is still one: the same loss 10% off.
+    faulty = {**_BF16_LOSS, "carried": "bfloat16", "dist": 0.5, "err_c": 0.5}
+    findings = read_findings([{**check, "outs": [faulty]}], Config())
+    assert findings is not None and findings.wrong_calls == 1
+    assert any_wrong([Measurement.from_record(_BF16_LOSS)])
+    assert not any_wrong([Measurement.from_record(_BF16_LOSS)], carried="bfloat16")
+
+
+def test_only_floating_outputs_wider_than_the_autocast_dtype_carry_it() -> None:
+    wide, narrow = Measurement("out0", "float32", [2]), Measurement("out1", "bfloat16", [2])
+    integer, bad = Measurement("out2", "int64", [2]), Measurement("out3", "float32", [2], problem="dtype")
+    assert [m.carried for m in carrying([wide, narrow, integer, bad], "bfloat16")] == ["bfloat16", None, None, None]
+    assert carrying([wide], None) == [wide]
+
+
+def test_a_call_under_bfloat16_autocast_records_its_float32_outputs_and_gradients_as_carrying_it() -> None:
+    sink = Sink()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 16)
+    compiled = torch.compile(model, backend=judged("aot_eager", sink))
+    x = torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = F.log_softmax(compiled(x).float(), dim=-1).mean()
+    loss.backward()  # outside the autocast block, as a training loop does
+    forward, backward = (next(c for c in sink.checks if c["ph"] == ph) for ph in ("fw", "bw"))
+    assert [o["dtype"] for o in forward["outs"]] == ["bfloat16"] and "carried" not in forward["outs"][0]
+    assert backward["outs"] and all(o["dtype"] == "float32" and o["carried"] == "bfloat16" for o in backward["outs"])
+    assert not sink.wrong()
+    with torch.autocast("cpu", enabled=False):
+        compiled(x).sum().backward()
+    assert all("carried" not in o for c in sink.checks[2:] for o in c["outs"])
 
 
 # -- judged graphs ---------------------------------------------------------------------------------------

@@ -141,12 +141,14 @@ def rel_diff(m: Measurement) -> float | None:
 
 
 def _wrong_outputs(check: CheckRecord, config: Config) -> list[WrongOutput]:
-    from tracediff.judge.measure import Measurement, judge
+    from tracediff.judge.measure import Measurement, carried_tolerance, judge
 
     wrong = []
+    module = check.get("m")
     for record in check.get("outs") or ():
         m = Measurement.from_record(record)
-        tolerance = config.tolerance_for(m.dtype, "", check.get("m"), m.device)
+        tolerance = carried_tolerance(m, config.tolerance_for(m.dtype, "", module, m.device),
+                                      lambda dtype, device: config.tolerance_for(dtype, "", module, device))
         j = judge(m, tolerance)
         if j.wrong:
             wrong.append(WrongOutput(m, j))

@@ -26,8 +26,8 @@ differs from eager's is wrong whatever the values.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -70,6 +70,9 @@ class Measurement:
     err_e_max: float = 0.0
     scale_max: float = 0.0
     nonfinite: int = 0  # elements non-finite in c where e and r are finite
+    # The narrower floating dtype the call computed this wider output from (its autocast dtype: a float32 loss
+    # of bfloat16 logits): it carries that dtype's rounding, and is judged at that precision (`carrying`).
+    carried: str | None = None
 
     def as_record(self) -> dict[str, Any]:
         return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()
@@ -160,7 +163,10 @@ def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
     u = _UNIT_ROUNDOFF.get(dtype, 2.0 ** -24) if isinstance(dtype, torch.dtype) else 0.0
     if not isinstance(dtype, torch.dtype) or not (dtype.is_floating_point or dtype.is_complex):
         return Judgement(False, "equal to eager's")
-    multiple = ERROR_MULTIPLE_16BIT if dtype in (torch.bfloat16, torch.float16) else ERROR_MULTIPLE
+    carried = getattr(torch, m.carried, None) if m.carried else None
+    precision = carried if isinstance(carried, torch.dtype) and carried in _UNIT_ROUNDOFF else dtype
+    u = max(u, _UNIT_ROUNDOFF.get(precision, u))
+    multiple = ERROR_MULTIPLE_16BIT if precision in (torch.bfloat16, torch.float16) else ERROR_MULTIPLE
     beyond_tol = m.dist > tolerance.atol + tolerance.rtol * m.scale
     allowed = multiple * m.err_e + ROUNDINGS_ALLOWED * u * m.scale
     rms_wrong = beyond_tol and m.err_c > allowed
@@ -186,7 +192,46 @@ def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
                             f"({m.err_c:.3g} against {m.err_e:.3g})")
 
 
-def any_wrong(measured: Iterable[Measurement | None]) -> bool:
-    """Whether any of these outputs is wrong at its dtype's default tolerance: the recording child's own test,
-    which picks the wrong calls to narrow (the verdict judges again with the user's tolerances)."""
-    return any(judge(m, default_tolerance(m.dtype)).wrong for m in measured if m is not None)
+def any_wrong(measured: Iterable[Measurement | None], carried: str | None = None) -> bool:
+    """Whether any of these outputs is wrong at its dtype's default tolerance (`carried`: see `carrying`): the
+    recording child's own test, which picks the wrong calls to narrow (the verdict judges again with the user's
+    tolerances)."""
+    return any(judge(m, carried_tolerance(m, default_tolerance(m.dtype), lambda dtype, _: default_tolerance(dtype))).wrong
+               for m in carrying((m for m in measured if m is not None), carried))
+
+
+def carried_tolerance(m: Measurement, own: Tolerance, tolerance_of: Callable[[str, str], Tolerance]) -> Tolerance:
+    """`own` (the output's dtype's tolerance), loosened to its carried dtype's (`tolerance_of(dtype, device)`)."""
+    if not m.carried:
+        return own
+    carried = tolerance_of(m.carried, m.device)
+    return own if (own.rtol, own.atol) >= (carried.rtol, carried.atol) else carried
+
+
+def autocast_dtype() -> str | None:
+    """The 16-bit dtype autocast computes in here and now (cpu or cuda), None where it is off or as wide as float32."""
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    for device in devices:
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            if dtype in (torch.bfloat16, torch.float16):
+                return str(dtype).removeprefix("torch.")
+    return None
+
+
+def carrying(measured: Iterable[Measurement], carried: str | None) -> list[Measurement]:
+    """`measured`, each floating output wider than `carried` (the 16-bit dtype the call computed in under autocast)
+    marked as carrying its precision: its value was computed from `carried`'s roundings (autocast's matmuls), which
+    eager and the compiled code make at other places (inductor keeps float32 inside a fused kernel), so it is
+    judged at `carried`'s tolerance, as the traces judge a value widened from bfloat16 (diff/precision.py)."""
+    if carried is None:
+        return list(measured)
+    narrow = _unit_roundoff(carried) or 0.0
+    return [replace(m, carried=carried) if not m.problem and narrow > (_unit_roundoff(m.dtype) or narrow) else m
+            for m in measured]
+
+
+def _unit_roundoff(dtype_name: str) -> float | None:
+    """A floating dtype's unit roundoff, by its name ("float32"); None for other dtypes."""
+    dtype = getattr(torch, dtype_name, None) if dtype_name else None
+    return _UNIT_ROUNDOFF.get(dtype) if isinstance(dtype, torch.dtype) else None

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tracediff.judge.measure import Measurement, any_wrong, measure
+from tracediff.judge.measure import Measurement, any_wrong, autocast_dtype, carrying, measure
 from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
@@ -142,6 +142,12 @@ class Autocast:
         devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
         self.states = [(device, torch.get_autocast_dtype(device)) for device in devices
                        if torch.is_autocast_enabled(device)]
+
+    @property
+    def computes_in(self) -> str | None:
+        """The 16-bit dtype autocast computed in (`judge/measure.py`'s `carrying`), None where it was off."""
+        return next((str(dtype).removeprefix("torch.") for _, dtype in self.states
+                     if dtype in (torch.bfloat16, torch.float16)), None)
 
     @contextlib.contextmanager
     def restored(self) -> Iterator[None]:
@@ -320,6 +326,7 @@ class JudgedGraph:
                 measured = list(self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64)))
                 measured += [m for i in self.written if (m := measure(
                     f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
+                measured = carrying(measured, autocast_dtype())
                 culprit = None
                 if pristine is not None and any_wrong(measured):
                     self.narrowed.add("fw")
@@ -492,8 +499,9 @@ class JudgedGraph:
             with self._running():
                 grads_64 = self._reference_grads(check, float64=True)
                 grads_e = self._reference_grads(check, float64=False)
-                measured = [m for i, c, e, r in zip(check.tapped, grads_c, grads_e, grads_64)
-                            if (m := _measure_grad(f"grad of {self._input_name(i)}", c, e, r))]
+                measured = carrying([m for i, c, e, r in zip(check.tapped, grads_c, grads_e, grads_64)
+                                     if (m := _measure_grad(f"grad of {self._input_name(i)}", c, e, r))],
+                                    check.autocast.computes_in)
                 culprit = None
                 if self.narrower is not None and "bw" not in self.narrowed and any_wrong(measured):
                     self.narrowed.add("bw")
