@@ -6,7 +6,8 @@ TRACEDIFF_CHILD_PREFIX, so that every run of the session (`invoke`d in-process, 
 tracediff.cli` a test starts: it inherits the variable) starts its children through tests/fork_client.py.
 Tests of how the launcher itself starts, stops and kills its children take the plain path: the
 `fresh_children` marker (conftest.py) unsets the variable for them. TRACEDIFF_TEST_FORKS=0 turns the
-servers off for a whole session; tests/test_recording_forks.py checks that a fork is what a fresh child is.
+servers off for a whole session, as a machine with an NVIDIA GPU does; tests/test_recording_forks.py checks that a
+fork is what a fresh child is.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ STOP_TIMEOUT_S = 60
 
 
 def wanted() -> bool:
-    return os.environ.get("TRACEDIFF_TEST_FORKS", "1") != "0"
+    return os.environ.get("TRACEDIFF_TEST_FORKS", "1") != "0" and not _has_an_nvidia_gpu()
+
+
+def _has_an_nvidia_gpu() -> bool:
+    """An NVIDIA GPU here (its device files, looked for without touching CUDA): the servers' imports reach the CUDA
+    driver there, and a fork of them cannot use the GPU ("Cannot re-initialize CUDA in forked subprocess").
+    The forks save CPU time on CI's machine, which has none."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _start(sockets: str, name: str, logs: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

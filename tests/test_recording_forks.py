@@ -32,7 +32,7 @@ from tracediff.trace.reader import Trace
 @pytest.fixture(autouse=True)
 def servers_listening(recording_forks: str | None) -> None:
     if recording_forks is None:
-        pytest.skip("the fork servers are off (TRACEDIFF_TEST_FORKS=0)")
+        pytest.skip("the fork servers are off (TRACEDIFF_TEST_FORKS=0, or an NVIDIA GPU here)")
     wait_until_listening(recording_forks)
 
 
