@@ -206,17 +206,6 @@ def carried_tolerance(m: Measurement, own: Tolerance, tolerance_of: Callable[[st
     return own if (own.rtol, own.atol) >= (carried.rtol, carried.atol) else carried
 
 
-def autocast_dtype() -> str | None:
-    """The 16-bit dtype autocast computes in here and now (cpu or cuda), None where it is off or as wide as float32."""
-    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
-    for device in devices:
-        if torch.is_autocast_enabled(device):
-            dtype = torch.get_autocast_dtype(device)
-            if dtype in (torch.bfloat16, torch.float16):
-                return str(dtype).removeprefix("torch.")
-    return None
-
-
 def carrying(measured: Iterable[Measurement], carried: str | None) -> list[Measurement]:
     """`measured`, each floating output wider than `carried` (the 16-bit dtype the call computed in under autocast)
     marked as carrying its precision: its value was computed from `carried`'s roundings (autocast's matmuls), which

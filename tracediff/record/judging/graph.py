@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tracediff.judge.measure import Measurement, any_wrong, autocast_dtype, carrying, measure
+from tracediff.judge.measure import Measurement, any_wrong, carrying, measure
 from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
@@ -326,7 +326,7 @@ class JudgedGraph:
                 measured = list(self._measure_outputs(flat_c, outputs_of(out_e), outputs_of(out64)))
                 measured += [m for i in self.written if (m := measure(
                     f"{self._input_name(i)} (written in place)", inputs[i], in_e[i], in64[i]))]
-                measured = carrying(measured, autocast_dtype())
+                measured = carrying(measured, Autocast().computes_in)  # the program's, as the call ran
                 culprit = None
                 if pristine is not None and any_wrong(measured):
                     self.narrowed.add("fw")

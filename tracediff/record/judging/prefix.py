@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tracediff.judge.measure import any_wrong, autocast_dtype, measure
+from tracediff.judge.measure import any_wrong, measure
 from tracediff.op_names import op_name
 from tracediff.record.judging.graph import (
+    Autocast,
     copies,
     differentiable_inputs,
     differentiable_leaf,
@@ -192,7 +193,7 @@ class PrefixSearch:
         (r_out, r_in), (e_out, e_in), (c_out, c_in) = results
         values = zip(c_out[first_cut:], e_out[first_cut:], r_out[first_cut:])
         wrong = set()
-        computes_in = autocast_dtype()  # the program's, as the call (or its backward) ran under it
+        computes_in = Autocast().computes_in  # the program's, as the call (or its backward) ran under it
         if any_wrong((measure(f"v{i}", c, e, r) for i, (c, e, r) in enumerate(values)), computes_in):
             wrong.add("values")
         # The whole graph's writes are its final ones, not the cut's.
