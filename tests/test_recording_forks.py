@@ -178,8 +178,10 @@ HELD_SIGNAL = """
 import os, signal, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 import fork_client
-recording = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+recording = subprocess.Popen([sys.executable, "-c", "import time; print('running', flush=True); time.sleep(120)"],
+                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+# Running its script, as a recording is: a Ctrl-C during the interpreter's start exits 1, not by the signal.
+recording.stdout.readline()
 signals = fork_client._SignalsPassedOn()
 os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C before the server has said which process it forked
 deadline = time.monotonic() + 30
