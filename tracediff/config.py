@@ -51,6 +51,11 @@ class Tolerance:
         return f"rtol={self.rtol:g}, atol={self.atol:g}"
 
 
+def looser(a: Tolerance, b: Tolerance) -> Tolerance:
+    """The looser of two tolerances (rtol first: it is what scales with precision)."""
+    return a if (a.rtol, a.atol) >= (b.rtol, b.atol) else b
+
+
 # Generous enough for reordered float reductions and fused math on small
 # models, tight enough that a wrong op (cos -> sin) is orders of magnitude
 # outside. Measured on clean runs (README "How it decides", docs/cuda.md): on CPU agreeing float32

@@ -111,30 +111,36 @@ def _to_chain_ends(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) ->
     that line's chain in one record (a kernel fusing GELU's `0.5 * x * (1 + tanh(...))` writes the last `mul`'s
     value, not the first's), and in a long gap (the runs' values drifted apart: no pair by value near) the
     tie can leave the pair at the chain's first op, whose value is another."""
-    paired_b = bytearray(len(b))
-    for j in partner:
-        if j >= 0:
-            paired_b[j] = 1
-    paired_a = _unpaired_mask(partner)
+    paired_a = bytearray(_unpaired_mask(partner).translate(_PAIRED_FROM_UNPAIRED))
+    paired_b = paired_in_b(partner, len(b))
     last_a, last_b = len(a) - 1, len(b) - 1
     for i in [m.start() for m in _OP_PAIRS.finditer(tier)]:
         j = partner[i]
-        if (i == last_a or not paired_a[i + 1]) and (j == last_b or paired_b[j + 1]):
+        if (i == last_a or paired_a[i + 1]) and (j == last_b or paired_b[j + 1]):
             continue  # paired records follow on both sides: no chain (most pairs of a long trace)
-        end_i, end_j = _chain_end(a, i, paired_a, taken=0), _chain_end(b, j, paired_b, taken=1)
+        end_i, end_j = _chain_end(a, i, paired_a), _chain_end(b, j, paired_b)
         if (end_i, end_j) != (i, j):
-            partner[i], tier[i], paired_b[j] = -1, 0, 0
-            partner[end_i], tier[end_i], paired_b[end_j] = end_j, OP_TIER, 1
+            partner[i], tier[i], paired_a[i], paired_b[j] = -1, 0, 0, 0
+            partner[end_i], tier[end_i], paired_a[end_i], paired_b[end_j] = end_j, OP_TIER, 1, 1
 
 
-def _chain_end(skeleton: Skeleton, at: int, mask: bytes | bytearray, taken: int) -> int:
+def paired_in_b(partner: array, len_b: int) -> bytearray:
+    """Per record of B: 1 where a record of A is paired with it (`partner`), else 0."""
+    paired = bytearray(len_b)
+    for j in partner:
+        if j >= 0:
+            paired[j] = 1
+    return paired
+
+
+def _chain_end(skeleton: Skeleton, at: int, paired: bytearray) -> int:
     """The last record from `at` on with `at`'s key in the unbroken run of records at `at`'s source line that
-    no pair takes (`mask[k] == taken`: paired); `at` where its line is not known."""
+    no pair takes (`paired`: 1 per paired record); `at` where its line is not known."""
     line, key, end = skeleton.source[at], skeleton.primary[at], at
     if not line:
         return at
     for k in range(at + 1, len(skeleton)):
-        if mask[k] == taken or skeleton.source[k] != line:
+        if paired[k] or skeleton.source[k] != line:
             break
         if skeleton.primary[k] == key:
             end = k
@@ -273,6 +279,8 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
 # The tiers of pairs made by op or by shapes (a byte of `tier` each), found at C speed.
 _WEAK_TIERS = re.compile(b"[%c%c]" % (OP_TIER, SHAPE_TIER))
 _OP_PAIRS = re.compile(b"%c" % OP_TIER)
+# `_unpaired_mask`'s bytes (0xff unpaired, 0 paired) to 1 paired, 0 unpaired, at C speed.
+_PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 
 
 def _value_places(skeleton: Skeleton, lines: set[int]) -> dict[tuple[int, int], list[int]]:

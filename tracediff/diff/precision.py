@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from tracediff.config import Tolerance
+from tracediff.config import Tolerance, looser
 from tracediff.op_names import base_op
 from tracediff.trace.schema import REGION, Tensor, TraceRecord
 
@@ -97,11 +97,6 @@ def rewrites_an_input(record: TraceRecord) -> bool:
                 and all(fx.get(k) == fy.get(k) for k in _ORDER_FREE))
 
     return all(any(same(t, i) for i in ins) for t in outs)
-
-
-def looser(a: Tolerance, b: Tolerance) -> Tolerance:
-    """The looser of two tolerances (rtol first: it is what scales with precision)."""
-    return a if (a.rtol, a.atol) >= (b.rtol, b.atol) else b
 
 
 class CarriedPrecision:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from tracediff.config import DEFAULT_TOLERANCES, Tolerance
+from tracediff.config import DEFAULT_TOLERANCES, Tolerance, looser
 
 # The multiple of eager's own error a compiled output may show (torch._dynamo.utils.same: 2, 3 for 16-bit).
 ERROR_MULTIPLE = 2.0
@@ -200,10 +200,7 @@ def any_wrong(measured: Iterable[Measurement | None], carried: str | None = None
 
 def carried_tolerance(m: Measurement, own: Tolerance, tolerance_of: Callable[[str, str], Tolerance]) -> Tolerance:
     """`own` (the output's dtype's tolerance), loosened to its carried dtype's (`tolerance_of(dtype, device)`)."""
-    if not m.carried:
-        return own
-    carried = tolerance_of(m.carried, m.device)
-    return own if (own.rtol, own.atol) >= (carried.rtol, carried.atol) else carried
+    return looser(own, tolerance_of(m.carried, m.device)) if m.carried else own
 
 
 def carrying(measured: Iterable[Measurement], carried: str | None) -> list[Measurement]:

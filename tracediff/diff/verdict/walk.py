@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable
 
 from tracediff.config import Config
-from tracediff.diff.align import VALUE_TIER
+from tracediff.diff.align import VALUE_TIER, paired_in_b
 from tracediff.diff.amplified import Amplified, Amplifier
 from tracediff.diff.compare import TensorDiff
 from tracediff.diff.computed import ComputedValues
@@ -72,10 +72,7 @@ class _Walker:
         comparer = Comparer(config, noise)
         amplified = self.result.amplified = Amplified()
         # Per alignable record of B: does it have a partner in A? (B's side, then the counts.)
-        self.paired_b = bytearray(len(b))
-        for j in partner:
-            if j >= 0:
-                self.paired_b[j] = 1
+        self.paired_b = paired_in_b(partner, len(b))
         self.walk = Walk(comparer, ASide(comparer.garbage, amplified), BSide(b.path, self.paired_b, a.op_lines),
                          ComputedValues(b.path), amplified, LooseEntries())
         self.rejected = 0
