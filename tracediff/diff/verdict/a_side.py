@@ -18,11 +18,14 @@ from tracediff.diff.verdict.dataflow import (
     VIEW_CHAIN_LIMIT,
     WALK_LIMIT,
     Key,
+    PackedTensor,
     Ref,
     filed_keys,
+    pack,
     put_bounded,
     reads_of,
     resolve,
+    unpack,
     value_ref,
 )
 from tracediff.op_names import base_op
@@ -38,10 +41,13 @@ class Produced:
     candidate: bool
     uninit: bool
     moves: bool = False  # only moves or exactly widens values (view, clone, bf16 -> float32): never the one blamed
-    outputs: tuple[Tensor, ...] = ()  # a candidate's output tensors (fingerprinted)
+    outputs: tuple[PackedTensor, ...] = ()  # a candidate's output tensors (fingerprinted), packed: `outputs_of`
     # Paired with B's record, but what it wrote was not fingerprinted (an in-place foreach op's writes).
     unread: bool = False
     backward: bool = False  # run by autograd's backward
+
+    def output_tensors(self) -> tuple[Tensor, ...]:
+        return tuple(map(unpack, self.outputs))
 
 
 class ASide:
@@ -58,7 +64,7 @@ class ASide:
         """`compared`: its outputs were compared (what amplification they carry is already marked)."""
         outs = record.get("out", ())
         entry = Produced(Place.of(record), reads_of(record), candidate, any(t.get("uninit") for t in outs),
-                          preserves_values(record), tuple(t for t in outs if t.get("fp")) if candidate else (),
+                          preserves_values(record), tuple(pack(t) for t in outs if t.get("fp")) if candidate else (),
                           backward=bool(record.get("bw")))
         if not compared:
             self.amplified.carry(record)  # made from an amplified value, unseen: amplified too
@@ -116,7 +122,7 @@ class ASide:
     def outputs_of(self, index: int) -> tuple[Tensor, ...]:
         """The output tensors of A's unpaired candidate record `index` (if still remembered)."""
         entry = self.unpaired(index)
-        return entry.outputs if entry is not None else ()
+        return entry.output_tensors() if entry is not None else ()
 
     def unpaired(self, index: int) -> Produced | None:
         """A's unpaired record `index` (if still remembered)."""

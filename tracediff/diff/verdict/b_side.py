@@ -17,14 +17,18 @@ from tracediff.diff.precision import preserves_values, rewrites_an_input
 from tracediff.diff.skeleton import alignable, chain_op, op_line_key
 from tracediff.diff.verdict.dataflow import (
     WALK_LIMIT,
+    Content,
     Key,
+    PackedTensor,
     Ref,
     content_of,
     filed_keys,
     fingerprint_of,
+    pack,
     put_bounded,
     reads_of,
     resolve,
+    unpack,
     value_key,
     value_ref,
 )
@@ -44,9 +48,9 @@ class Made:
     moves: bool = False  # only moves, exactly widens or rewrites values it read: never the one named
     only_b: bool = False  # an alignable record the aligner gave no partner in A: an op only B runs
     foreign: bool = False  # only B computes its op at its line (a compiler pass inserted it)
-    read_values: tuple[Tensor, ...] = ()  # an op only B runs, or foreign: the tensors it read (fingerprinted)
-    wrote: tuple[tuple, ...] = ()  # an op only B runs: the contents (`content_of`) of what it wrote
-    read_contents: tuple[tuple, ...] = ()  # an op only B runs: the contents of what it read
+    read_values: tuple[PackedTensor, ...] = ()  # an op only B runs, or foreign: the tensors it read (fingerprinted)
+    wrote: tuple[Content, ...] = ()  # an op only B runs: the contents (`content_of`) of what it wrote
+    read_contents: tuple[Content, ...] = ()  # an op only B runs: the contents of what it read
     fused_lines: frozenset[str] = frozenset()  # a kernel: the source lines of the ops it fuses
     unread: bool = False  # wrote values in place it did not return, not fingerprinted (AdamW's foreach step)
     backward: bool = False  # run by autograd's backward (a compiled backward's kernel)
@@ -57,7 +61,7 @@ class Made:
         statistics alone miss a change that keeps the norms (a tied embedding's gradient 3e-4 off, its l2
         within 3e-6). A kernel's buffer is compared by those statistics alone (`without_sketch`)."""
         mine = without_sketch(fingerprint_of(value))
-        for t in self.read_values:
+        for t in map(unpack, self.read_values):
             in_order = self.kernel is None and t.get("sh") == value.get("sh")
             theirs = fingerprint_of(t)
             if compare_fingerprints(fingerprint_of(value) if in_order else mine,
@@ -88,13 +92,13 @@ class BSide:
         self.producers: OrderedDict[Key, Made] = OrderedDict()
         # The same values by content: inductor's wrapper reads a kernel's buffer through
         # `reinterpret_tensor`, a new tensor no dispatched op made.
-        self.by_content: OrderedDict[tuple, tuple[Key, Made]] = OrderedDict()
+        self.by_content: OrderedDict[Content, tuple[Key, Made]] = OrderedDict()
         # Values read that no record made, and the key of the last value written with their content.
         self.read_as: OrderedDict[Key, Key] = OrderedDict()
         self._paired = paired  # per alignable record of B: does it have a partner in A?
         self._a_op_lines = a_op_lines  # the ops A computes, by line (`op_line_key`)
         self.agreed: OrderedDict[Key, int] = OrderedDict()  # B's values known to agree with A's: A's record
-        self.agreed_contents: OrderedDict[tuple, int] = OrderedDict()  # the same, by content
+        self.agreed_contents: OrderedDict[Content, int] = OrderedDict()  # the same, by content
         # Of those, values that agreed only within the absolute tolerance, far from zero (see loosely_agreeing).
         self.loose: OrderedDict[Key, None] = OrderedDict()
         self._records = self._alignable(Trace(path))
@@ -103,7 +107,7 @@ class BSide:
         # Whether A computes an op at a line (`op_line_key`), by the op's and line's names: a trace has few of them.
         self._foreign: dict[tuple[str | None, str | None], bool] = {}
         # The last record streamed that wrote values, and their contents (`content_of`), which `agree` files again.
-        self._written: tuple[TraceRecord | None, list[tuple | None]] = (None, [])
+        self._written: tuple[TraceRecord | None, list[Content | None]] = (None, [])
 
     def _alignable(self, trace: Trace) -> Iterator[TraceRecord]:
         count = 0
@@ -118,7 +122,7 @@ class BSide:
                 made = Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
                              tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), reads_of(record),
                              preserves_values(record) or rewrites_an_input(record), only_b=only_b, foreign=foreign,
-                             read_values=tuple(t for t in record.get("in", ()) if t.get("fp"))
+                             read_values=tuple(pack(t) for t in record.get("in", ()) if t.get("fp"))
                              if only_b or foreign else (),
                              wrote=tuple(c for c in map(content_of, outs) if c is not None) if only_b else (),
                              read_contents=tuple(c for c in map(content_of, record.get("in", ())) if c is not None)

@@ -217,7 +217,7 @@ def candidate_value_read(made: Made, candidates: tuple[Place, ...], seen: int, a
         produced = a_side.unpaired(place.index)
         if produced is None or (made.backward and not produced.backward):
             continue
-        for t in produced.outputs:
+        for t in produced.output_tensors():
             if not fingerprint_of(t).get("l1"):
                 continue  # all zeros: any zeros read would match
             tolerance = comparer.tolerance(t["dt"], place.op, place.module, t.get("dev", "cpu"))

@@ -8,8 +8,10 @@ written resolves to that write.
 
 from __future__ import annotations
 
+import marshal
+import struct
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 from tracediff.trace.schema import KERNEL, Fingerprint, Tensor, TraceRecord
 
@@ -31,21 +33,50 @@ def value_key(t: Tensor) -> Key:
     return t["id"], t.get("v")
 
 
-def content_of(t: Tensor) -> tuple | None:
+def content_of(t: Tensor) -> Content | None:
     """A tensor's content as its fingerprint states it: exact in what no order of summation changes (dtype,
     element count, max), to 7 digits in its sums, which a reinterpreting view (a transposed
     `reinterpret_tensor` of a kernel's buffer) sums in another order; None where it says too little to
-    tell values apart (no fingerprint, all zeros)."""
+    tell values apart (no fingerprint, all zeros, no max, a NaN, which equals nothing)."""
     fp = t.get("fp")
     if not fp or not fp.get("l1"):
         return None
-    l1 = fp["l1"]
-    return (t.get("dt"), fp.get("n"), fp.get("max"), round(fp.get("sum", 0.0) / l1, _CONTENT_DIGITS),
-            float(f"{l1:.{_CONTENT_DIGITS}g}"), float(f"{fp.get('l2', 0.0):.{_CONTENT_DIGITS}g}"))
+    l1, largest = fp["l1"], fp.get("max")
+    if largest is None:
+        return None
+    sums = (largest, round(fp.get("sum", 0.0) / l1, _CONTENT_DIGITS), float(f"{l1:.{_CONTENT_DIGITS}g}"),
+            float(f"{fp.get('l2', 0.0):.{_CONTENT_DIGITS}g}"))
+    if any(x != x for x in sums):
+        return None
+    # + 0.0: -0.0 and 0.0 are one value, and must be one packing.
+    return f"{t.get('dt')}:{fp.get('n')}:".encode() + _CONTENT_SUMS.pack(*(x + 0.0 for x in sums))
+
+
+# A content, packed: its dtype and element count as text, then its four sums as doubles. Equal contents pack
+# alike; as a tuple it took 7 objects (about 270 bytes) per value in the walk's tables, packed one (about 90).
+Content = bytes
+_CONTENT_SUMS = struct.Struct("<4d")
 
 
 # Digits of a content's sums that a reordered summation keeps (float32 sums in float64 pairwise: ~1e-7).
 _CONTENT_DIGITS = 7
+
+
+# A tensor a table keeps whole for a later rule (a candidate's outputs, what an op only B runs read), packed
+# (`pack`): as parsed, its dict, strings and fingerprint's floats took about 900 bytes, packed about 330, and a
+# real trace's tables keep up to hundreds of thousands (GPT-2's 2,000 AdamW steps: the walk's peak 1.2 GB).
+PackedTensor = bytes
+# What the rules read of a kept tensor: its argument, dtype, shape, device and fingerprint.
+_KEPT_FIELDS = ("a", "dt", "sh", "dev", "fp")
+
+
+def pack(t: Tensor) -> PackedTensor:
+    return marshal.dumps({k: t[k] for k in _KEPT_FIELDS if k in t})  # type: ignore[literal-required]
+
+
+def unpack(packed: PackedTensor) -> Tensor:
+    """The tensor `pack` kept (its fields `_KEPT_FIELDS`), parsed again: a new dict each time."""
+    return cast(Tensor, marshal.loads(packed))
 
 
 def fingerprint_of(t: Tensor) -> Fingerprint:
@@ -92,7 +123,7 @@ def resolve(ref: Ref, *tables: OrderedDict) -> Key:
 VIEW_CHAIN_LIMIT = 8
 
 
-def put_bounded(table: OrderedDict, key: Key, value: Any) -> None:
+def put_bounded(table: OrderedDict, key: Key | Content, value: Any) -> None:
     """Insert as newest; drop the oldest entry past the producer window."""
     table.pop(key, None)
     table[key] = value
