@@ -285,16 +285,21 @@ _PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 
 def _value_places(skeleton: Skeleton, lines: set[int]) -> dict[tuple[int, int], list[int]]:
     """(line, coarse value key) -> the positions of the records with that value at that line, ascending; of
-    the records at `lines` only."""
+    the records at `lines` only. Each line's records are found at C speed (`array.index`): a few lines of a
+    window of a million records."""
     places: dict[tuple[int, int], list[int]] = defaultdict(list)
-    if not lines:
-        return places
-    columns = zip(skeleton.source, skeleton.has_value, skeleton.coarse, skeleton.coarse_shifted)
-    for k, (line, has_value, coarse, shifted) in enumerate(columns):
-        if has_value and line in lines:
-            places[line, coarse].append(k)
-            if shifted != coarse:
-                places[line, shifted].append(k)
+    source, has_value, coarse, coarse_shifted = skeleton.source, skeleton.has_value, skeleton.coarse, skeleton.coarse_shifted
+    for line in lines:
+        k = -1
+        while True:
+            try:
+                k = source.index(line, k + 1)
+            except ValueError:
+                break
+            if has_value[k]:
+                places[line, coarse[k]].append(k)
+                if coarse_shifted[k] != coarse[k]:
+                    places[line, coarse_shifted[k]].append(k)
     return places
 
 
@@ -409,11 +414,15 @@ def _crossing_pairs(partner: array, partner_of_b: array, a: Skeleton, b: Skeleto
         if not start:
             continue  # nothing paired before it: no place in B to look before
         last_j = partner[start - 1]
-        for found in _UNPAIRED_RECORD.finditer(unpaired_in_b, indexed, last_j):
+        # Stretches come in order, so `last_j` only grows: B's records before this window are looked for no more.
+        window = max(last_j - _CROSSING_WINDOW, 0)
+        for found in _UNPAIRED_RECORD.finditer(unpaired_in_b, max(indexed, window), last_j):
             j = found.start()
             if b.has_value[j]:
                 unpaired_b.setdefault(b.value[j], []).append(j)
         indexed = max(indexed, last_j)
+        if unpaired_in_b.count(_UNPAIRED, window, last_j) < _PIVOT_STRETCH:
+            continue  # too few of B's records unpaired in the window to hold the stretch's values
         earlier = set()
         for k in range(start, i):
             positions = unpaired_b.get(a.value[k], []) if a.has_value[k] else []

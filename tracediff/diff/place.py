@@ -67,7 +67,8 @@ def writes_nonfinite_constant(record: TraceRecord) -> bool:
     return record["t"] == KERNEL and any(op.get("nfs") for op in record.get("fuses") or ())
 
 
-def _interned(text: str | None) -> str | None:
+def interned(text: str | None) -> str | None:
+    """`text` interned: the walk keeps many records' names and lines, of which a trace has few."""
     return sys.intern(text) if text else text
 
 
@@ -87,8 +88,8 @@ class Place:
         else:
             name = record.get("op") or record.get("name") or record["t"]
         # Interned: the walk keeps hundreds of thousands of places, and a trace has few distinct lines and names.
-        return cls(record["i"], sys.intern(name), _interned(record.get("src")), _interned(record.get("m")),
-                   _interned(record.get("code")), _interned(record.get("path")))
+        return cls(record["i"], sys.intern(name), interned(record.get("src")), interned(record.get("m")),
+                   interned(record.get("code")), interned(record.get("path")))
 
     def as_dict(self) -> dict[str, Any]:
         return {"op": self.op, "index": self.index, "source": self.source, "module": self.module, "code": self.code}

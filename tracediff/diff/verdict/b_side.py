@@ -12,7 +12,7 @@ from typing import Any
 
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints
-from tracediff.diff.place import Place
+from tracediff.diff.place import Place, interned
 from tracediff.diff.precision import preserves_values, rewrites_an_input
 from tracediff.diff.skeleton import alignable, chain_op, op_line_key
 from tracediff.diff.verdict.dataflow import (
@@ -119,8 +119,10 @@ class BSide:
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 only_b = is_alignable and not self._paired[count]
                 foreign = self._is_foreign(record)
-                made = Made(Place.of(record), record.get("name") if record["t"] == KERNEL else None,
-                             tuple(f["op"] for f in record.get("fuses") or ()), chain_op(record), reads_of(record),
+                fused = tuple(sys.intern(f["op"]) for f in record.get("fuses") or ())
+                kernel = record["t"] == KERNEL
+                made = Made(Place.of(record), interned(record.get("name")) if kernel else None, fused,
+                             (fused[-1] if fused else None) if kernel else interned(record.get("op")), reads_of(record),
                              preserves_values(record) or rewrites_an_input(record), only_b=only_b, foreign=foreign,
                              read_values=tuple(pack(t) for t in record.get("in", ()) if t.get("fp"))
                              if only_b or foreign else (),

@@ -44,12 +44,12 @@ def content_of(t: Tensor) -> Content | None:
     l1, largest = fp["l1"], fp.get("max")
     if largest is None:
         return None
-    sums = (largest, round(fp.get("sum", 0.0) / l1, _CONTENT_DIGITS), float(f"{l1:.{_CONTENT_DIGITS}g}"),
-            float(f"{fp.get('l2', 0.0):.{_CONTENT_DIGITS}g}"))
-    if any(x != x for x in sums):
-        return None
     # + 0.0: -0.0 and 0.0 are one value, and must be one packing.
-    return f"{t.get('dt')}:{fp.get('n')}:".encode() + _CONTENT_SUMS.pack(*(x + 0.0 for x in sums))
+    ratio = round(fp.get("sum", 0.0) / l1, _CONTENT_DIGITS) + 0.0
+    l1, l2 = float(f"{l1:.{_CONTENT_DIGITS}g}") + 0.0, float(f"{fp.get('l2', 0.0):.{_CONTENT_DIGITS}g}") + 0.0
+    if largest != largest or ratio != ratio or l1 != l1 or l2 != l2:
+        return None
+    return f"{t.get('dt')}:{fp.get('n')}:".encode() + _CONTENT_SUMS.pack(largest + 0.0, ratio, l1, l2)
 
 
 # A content, packed: its dtype and element count as text, then its four sums as doubles. Equal contents pack
