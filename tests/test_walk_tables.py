@@ -39,3 +39,27 @@ def test_a_content_says_too_little_without_sums_max_or_with_a_nan() -> None:
     assert _content(l2=float("nan")) is None  # equals nothing, not even itself
     assert content_of({"dt": "float32", "fp": {"sum": 1.0, "l1": 1.0, "l2": 1.0, "n": 1}}) is None  # type: ignore[typeddict-item]
     assert content_of({"dt": "float32"}) is None  # type: ignore[typeddict-item]
+
+
+def test_a_value_key_is_one_int_per_tensor_and_version_and_reads_back() -> None:
+    from tracediff.diff.verdict.dataflow import key_of, ref_to, resolve
+
+    keys = {key_of(i, v) for i in (0, 1, 2, 2**40, 2**70) for v in (None, 0, 1, 2**39)}
+    assert len(keys) == 20 and all(isinstance(k, int) for k in keys)
+    for i, v in ((0, None), (5, 0), (5, 7), (2**70, 2**39)):
+        assert ref_to(key_of(i, v)) == (i, v, None) and resolve(ref_to(key_of(i, v))) == key_of(i, v)
+    # Out of range: the tuple itself, equal to no int key.
+    for odd in ((-1, 0), (3, -1), (3, 2**40), (None, 1)):
+        assert key_of(*odd) == odd and ref_to(key_of(*odd)) == (*odd, None)
+
+
+def test_a_view_read_resolves_to_its_own_value_or_else_to_its_bases_write() -> None:
+    from collections import OrderedDict
+
+    from tracediff.diff.verdict.dataflow import key_of, resolve
+
+    written = OrderedDict({key_of(2, 3): "the base's write"})
+    assert resolve((9, 3, 2), written) == key_of(2, 3)  # view 9 of base 2, read at version 3
+    written[key_of(9, 3)] = "the view's own"
+    assert resolve((9, 3, 2), written) == key_of(9, 3)
+    assert resolve((9, None, 2), written) == key_of(9, None)  # no version: no base to share it

@@ -27,6 +27,7 @@ from tracediff.diff.verdict.dataflow import (
     pack,
     put_bounded,
     reads_of,
+    ref_to,
     resolve,
     unpack,
     value_key,
@@ -230,7 +231,7 @@ class BSide:
         content = content_of(start)
         if first not in self.producers and first not in self.agreed and content is not None and content in self.by_content:
             first = self.by_content[content][0]  # a tensor no record made: the last one writing its content
-        stack = [(*first, None)]
+        stack = [ref_to(first)]
         while stack and len(found) < WALK_LIMIT:
             key = resolve(stack.pop(), self.producers, self.agreed)
             if key not in self.producers and key not in self.agreed:

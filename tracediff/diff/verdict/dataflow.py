@@ -23,14 +23,40 @@ _PRODUCER_WINDOW = 200_000
 WALK_LIMIT = 10_000
 
 
-Key = tuple[int, Any]  # (tensor id, version): one value of one tensor
+# One value of one tensor: (tensor id, version), packed in one int (`key_of`); an id or version out of its
+# range stays that tuple, which equals no int.
+Key = int | tuple[Any, Any]
 
 
 Ref = tuple[int, Any, Any]  # (tensor id, version, base id or None): a value read, maybe through a view
 
 
 def value_key(t: Tensor) -> Key:
-    return t["id"], t.get("v")
+    return key_of(t["id"], t.get("v"))
+
+
+# A version takes the key's low bits (None: 0, version k: k + 1).
+_VERSION_BITS = 40
+_VERSION_MASK = (1 << _VERSION_BITS) - 1
+
+
+def key_of(tensor_id: Any, version: Any) -> Key:
+    """The key of `tensor_id`'s value at `version` (None where the tensor has none). One int: the walk's tables
+    hold up to 200,000 keys each, and a tuple of two ints took about 100 bytes of each entry, an int about 32."""
+    if type(tensor_id) is int and tensor_id >= 0:
+        if version is None:
+            return tensor_id << _VERSION_BITS
+        if type(version) is int and 0 <= version < _VERSION_MASK:
+            return tensor_id << _VERSION_BITS | (version + 1)
+    return tensor_id, version
+
+
+def ref_to(key: Key) -> Ref:
+    """A read of exactly the value `key` (not through a view)."""
+    if isinstance(key, tuple):
+        return key[0], key[1], None
+    low = key & _VERSION_MASK
+    return key >> _VERSION_BITS, low - 1 if low else None, None
 
 
 def content_of(t: Tensor) -> Content | None:
@@ -103,20 +129,20 @@ def filed_keys(record: TraceRecord, t: Tensor) -> tuple[Key, ...]:
     if base is None or version is None:
         return (key,)
     if record["t"] == KERNEL or any(x["id"] == t["id"] for x in record.get("in", ())):
-        return key, (base, version)
+        return key, key_of(base, version)
     return (key,)  # a view op's new view: the base's value is unchanged
 
 
 def resolve(ref: Ref, *tables: OrderedDict) -> Key:
     """The key of a value read: its own if known, else the last write to its base's storage
     at that version (a view read after its base, or another view of it, was written)."""
-    key = ref[:2]
+    key = key_of(ref[0], ref[1])
     if ref[2] is None or ref[1] is None:
         return key
     for table in tables:  # a loop, not any() over a generator: this runs several times per record of a diff
         if key in table:
             return key
-    return ref[2], ref[1]
+    return key_of(ref[2], ref[1])
 
 
 # Views followed from a value back to the one it shows (a view of a transpose of a reshape ...).
