@@ -42,7 +42,8 @@ def test_a_content_says_too_little_without_sums_max_or_with_a_nan() -> None:
 
 
 def test_a_value_key_is_one_int_per_tensor_and_version_and_reads_back() -> None:
-    from tracediff.diff.verdict.dataflow import key_of, ref_to, resolve
+    from tracediff.diff.value_keys import key_of
+    from tracediff.diff.verdict.dataflow import ref_to, resolve
 
     keys = {key_of(i, v) for i in (0, 1, 2, 2**40, 2**70) for v in (None, 0, 1, 2**39)}
     assert len(keys) == 20 and all(isinstance(k, int) for k in keys)
@@ -56,7 +57,8 @@ def test_a_value_key_is_one_int_per_tensor_and_version_and_reads_back() -> None:
 def test_a_view_read_resolves_to_its_own_value_or_else_to_its_bases_write() -> None:
     from collections import OrderedDict
 
-    from tracediff.diff.verdict.dataflow import key_of, resolve
+    from tracediff.diff.value_keys import key_of
+    from tracediff.diff.verdict.dataflow import resolve
 
     written = OrderedDict({key_of(2, 3): "the base's write"})
     assert resolve((9, 3, 2), written) == key_of(2, 3)  # view 9 of base 2, read at version 3

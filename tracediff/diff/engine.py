@@ -65,6 +65,8 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
         progress = None
     with _no_cycle_collection():
         a, b, partner, tier = aligned_skeletons(path_a, path_b, progress)
+        a.release_keys()
+        b.release_keys()
         noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
         return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise, progress=progress)
 

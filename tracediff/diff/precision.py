@@ -24,10 +24,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from tracediff.config import Tolerance, looser
+from tracediff.diff.value_keys import Key, key_of
 from tracediff.op_names import base_op
 from tracediff.trace.schema import REGION, Tensor, TraceRecord
-
-Key = tuple[int | None, int | None]  # a tensor's (id, version): one value
 
 # Values remembered: a bound on memory for traces of millions of ops.
 _WINDOW = 200_000
@@ -117,7 +116,7 @@ class CarriedPrecision:
     def of(self, t: Tensor, op: str, module: str | None) -> Tolerance:
         """The tolerance `t` is judged at: what it carries, or its dtype's own."""
         own = self._own(t, op, module)
-        carried = self._carried.get((t["id"], t.get("v")))
+        carried = self._carried.get(key_of(t["id"], t.get("v")))
         return own if carried is None or not is_floating(t.get("dt")) else looser(own, carried)
 
     def record(self, record: TraceRecord) -> None:
@@ -145,7 +144,7 @@ class CarriedPrecision:
                 tolerance = looser(tolerance, carried)
             if tolerance == own:
                 continue  # the common case (inputs as precise as the output): nothing to remember
-            key = (t.get("id"), t.get("v"))
+            key = key_of(t.get("id"), t.get("v"))
             self._carried.pop(key, None)
             self._carried[key] = tolerance
             if len(self._carried) > _WINDOW:

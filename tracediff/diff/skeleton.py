@@ -188,12 +188,15 @@ class Skeleton:
     checks: list[CheckRecord] = field(default_factory=list)  # compiled calls judged on their inputs (record/judging/)
     spilled: Path | None = None  # the folder of the key columns' files, once they went to disk
     length: int = 0  # alignable records
+    released: bool = False  # the key columns emptied once aligned (`release_keys`)
 
     def __len__(self) -> int:
         return self.length
 
     def window(self, lo: int, hi: int) -> Skeleton:
         """Records [lo, hi) as a skeleton of their own, its key columns in memory (read from the spill files)."""
+        if self.released:
+            raise RuntimeError(f"{self.path}: the key columns were released once aligned")
         hi = min(hi, self.length)
         columns: dict[str, Any] = {name: self._column(name, lo, hi) for name in KEY_COLUMNS}
         return replace(self, **columns, is_region=self.is_region[lo:hi], spilled=None, length=hi - lo)
@@ -211,6 +214,13 @@ class Skeleton:
         loaded = array(column.typecode)
         loaded.frombytes(data)
         return loaded
+
+    def release_keys(self) -> None:
+        """Empty the key columns, once aligned: the walk reads none of them, and a trace of a million records
+        in memory holds about 70 MB of them."""
+        for name in KEY_COLUMNS:
+            del getattr(self, name)[:]
+        self.released = True
 
     def spill_to(self, folder: Path) -> None:
         """Append the key columns in memory to their files in `folder`, and empty them."""

@@ -13,6 +13,7 @@ import struct
 from collections import OrderedDict
 from typing import Any, cast
 
+from tracediff.diff.value_keys import Key, id_and_version, key_of
 from tracediff.trace.schema import KERNEL, Fingerprint, Tensor, TraceRecord
 
 # Bounds: producers remembered for the walk back, nodes visited per walk,
@@ -23,40 +24,11 @@ _PRODUCER_WINDOW = 200_000
 WALK_LIMIT = 10_000
 
 
-# One value of one tensor: (tensor id, version), packed in one int (`key_of`); an id or version out of its
-# range stays that tuple, which equals no int.
-Key = int | tuple[Any, Any]
-
-
 Ref = tuple[int, Any, Any]  # (tensor id, version, base id or None): a value read, maybe through a view
 
 
 def value_key(t: Tensor) -> Key:
     return key_of(t["id"], t.get("v"))
-
-
-# A version takes the key's low bits (None: 0, version k: k + 1).
-_VERSION_BITS = 40
-_VERSION_MASK = (1 << _VERSION_BITS) - 1
-
-
-def key_of(tensor_id: Any, version: Any) -> Key:
-    """The key of `tensor_id`'s value at `version` (None where the tensor has none). One int: the walk's tables
-    hold up to 200,000 keys each, and a tuple of two ints took about 100 bytes of each entry, an int about 32."""
-    if type(tensor_id) is int and tensor_id >= 0:
-        if version is None:
-            return tensor_id << _VERSION_BITS
-        if type(version) is int and 0 <= version < _VERSION_MASK:
-            return tensor_id << _VERSION_BITS | (version + 1)
-    return tensor_id, version
-
-
-def ref_to(key: Key) -> Ref:
-    """A read of exactly the value `key` (not through a view)."""
-    if isinstance(key, tuple):
-        return key[0], key[1], None
-    low = key & _VERSION_MASK
-    return key >> _VERSION_BITS, low - 1 if low else None, None
 
 
 def content_of(t: Tensor) -> Content | None:
@@ -110,6 +82,12 @@ def fingerprint_of(t: Tensor) -> Fingerprint:
     fp = t["fp"]
     assert fp is not None
     return fp
+
+
+def ref_to(key: Key) -> Ref:
+    """A read of exactly the value `key` (not through a view)."""
+    tensor_id, version = id_and_version(key)
+    return tensor_id, version, None
 
 
 def value_ref(t: Tensor) -> Ref:
