@@ -109,12 +109,22 @@ class BSide:
         self._foreign: dict[tuple[str | None, str | None], bool] = {}
         # The last record streamed that wrote values, and their contents (`content_of`), which `agree` files again.
         self._written: tuple[TraceRecord | None, list[Content | None]] = (None, [])
+        self._filing = True  # until `stop_filing`
+
+    def stop_filing(self) -> None:
+        """Stop filing who made each value: the first divergence is found, and no rule asks any more."""
+        self._filing = False
 
     def _alignable(self, trace: Trace) -> Iterator[TraceRecord]:
         count = 0
         for record in trace:
-            outs = record.get("out", ())
             is_alignable = alignable(record)
+            if not self._filing:
+                if is_alignable:
+                    count += 1
+                    yield record
+                continue
+            outs = record.get("out", ())
             for t in record.get("in", ()):
                 self._note_read(t)
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made

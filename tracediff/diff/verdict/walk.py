@@ -94,7 +94,7 @@ class _Walker:
                 walk.seen_regions = True
                 walk.open_regions = walk.open_regions + 1 if ra["ev"] == "enter" else max(walk.open_regions - 1, 0)
             if not alignable(ra):
-                walk.a_side.unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
+                self._unknown(ra, candidate=False)  # pass-through for the walk back (detach, alias)
                 continue
             alignable_index += 1
             if progress is not None and alignable_index and not alignable_index % _PROGRESS_EVERY:
@@ -110,7 +110,7 @@ class _Walker:
         j = self.partner[alignable_index]
         ignored = ra["t"] == OP and config.is_ignored(ra["op"], ra.get("m"))
         if j < 0:
-            walk.a_side.unknown(ra, candidate=not ignored)
+            self._unknown(ra, candidate=not ignored)
             self._example("A", ra)
             if sample is not None:
                 sample.only_a(ra)
@@ -127,7 +127,7 @@ class _Walker:
         if not comparable or ignored:
             # Ignored: not compared and never a cause, but the walk back may pass through it.
             self.rejected += not comparable
-            walk.a_side.unknown(ra, candidate=not ignored)
+            self._unknown(ra, candidate=not ignored)
             if sample is not None:
                 sample.pair(ra, rb, None, UNCHECKED)
             return True
@@ -144,7 +144,7 @@ class _Walker:
             # Different ops paired only because their rounded fingerprints collided (a softmax
             # and the dropout after it both sum to the row count): not the same value, no pair.
             self.rejected += 1
-            walk.a_side.unknown(ra, candidate=True)
+            self._unknown(ra, candidate=True)
             if sample is not None:
                 sample.only_a(ra)
             return True
@@ -182,6 +182,7 @@ class _Walker:
         step = judge(pair, walk)
         if isinstance(step, Diverged):
             self.result.first, self.first_entry = step.divergence, step.loose_entry
+            walk.b_side.stop_filing()
         elif isinstance(step, NotOnePair):
             self.result.compared -= 1
             self.rejected += 1
@@ -201,6 +202,13 @@ class _Walker:
         walk.b_side.agree(rb, ra["i"], loosely_agreeing(pair.out_passed))
         if after_an_update:
             mark_an_unread_update(ra, rb, pair.passed, walk.amplified, walk.a_side, walk.outside_regions)
+
+    def _unknown(self, ra: TraceRecord, candidate: bool) -> None:
+        """File A's record `ra` as a producer of values not known to agree, until the first divergence: after
+        it, only echoes are counted, and no rule walks back (a drifting training run's diff reads on for a
+        million records, whose producers would fill the tables for nothing)."""
+        if self.result.first is None:
+            self.walk.a_side.unknown(ra, candidate)
 
     def _example(self, side: str, record: TraceRecord) -> None:
         result = self.result
