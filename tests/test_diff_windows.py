@@ -175,3 +175,50 @@ def test_a_diff_of_traces_without_same_input_checks_never_imports_torch(pair: tu
     done = subprocess.run([sys.executable, "-c", script, str(pair[0]), str(pair[0])], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
     assert done.stdout.splitlines()[-1] == "exit 0 False", done.stderr
+
+
+def test_after_the_first_divergence_the_walk_files_nothing_and_reports_the_same(
+        pair: tuple[Path, Path, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the first divergence is found the walk only counts echoes: it files no more producers for the walk
+    back, which no rule reads any more (a drifting training run's diff reads on for a million records)."""
+    a_path, b_path, meta = pair
+    a, b = build_skeleton(a_path), build_skeleton(b_path)
+    partner, tier = align(a, b)
+    filed_at_first: dict[str, int] = {}
+
+    def sizes(walker: Any) -> dict[str, int]:
+        a_side, b_side = walker.walk.a_side, walker.walk.b_side
+        return {"A unknown": len(a_side.unknown_producers), "B producers": len(b_side.producers),
+                "B contents": len(b_side.by_content)}
+
+    def walk(keep_filing: bool) -> tuple[Any, dict[str, int]]:
+        walker = walk_module._Walker(a, b, partner, tier, Config(), None, None)
+        stop = walker.walk.b_side.stop_filing
+
+        def at_first() -> None:
+            filed_at_first.update(sizes(walker))
+            if not keep_filing:
+                stop()
+        monkeypatch.setattr(walker.walk.b_side, "stop_filing", at_first)
+        if keep_filing:  # as the walk did before: A's unpaired records filed to the end too
+            monkeypatch.setattr(walker, "_unknown", lambda ra, candidate: walker.walk.a_side.unknown(ra, candidate))
+        walker.run()
+        return walker.finish(), sizes(walker)
+
+    kept, kept_sizes = walk(keep_filing=True)
+    assert kept_sizes["B producers"] > filed_at_first["B producers"]  # the premise: records after the first
+    stopped, stopped_sizes = walk(keep_filing=False)
+    assert stopped_sizes == filed_at_first
+    assert stopped.first is not None and stopped.first.a.index == meta["planted"]["index_a"]
+    assert (stopped.first, stopped.compared, stopped.inherited, stopped.paired) == (
+        kept.first, kept.compared, kept.inherited, kept.paired)
+
+
+def test_a_skeletons_keys_are_released_once_aligned_and_not_read_again(pair: tuple[Path, Path, dict]) -> None:
+    skeleton = build_skeleton(pair[0])
+    length, regions = len(skeleton), bytes(skeleton.is_region)
+    skeleton.release_keys()
+    assert all(len(getattr(skeleton, name)) == 0 for name in KEY_COLUMNS)
+    assert (len(skeleton), bytes(skeleton.is_region)) == (length, regions)  # what the walk and the counts read
+    with pytest.raises(RuntimeError, match="released"):
+        skeleton.window(0, 10)
