@@ -285,8 +285,8 @@ _PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 
 def _value_places(skeleton: Skeleton, lines: set[int]) -> dict[tuple[int, int], list[int]]:
     """(line, coarse value key) -> the positions of the records with that value at that line, ascending; of
-    the records at `lines` only. Each line's records are found at C speed (`array.index`): a few lines of a
-    window of a million records."""
+    the records at `lines` only, each line's found at C speed (`array.index`) rather than by a Python loop over
+    every record of the window."""
     places: dict[tuple[int, int], list[int]] = defaultdict(list)
     source, has_value, coarse, coarse_shifted = skeleton.source, skeleton.has_value, skeleton.coarse, skeleton.coarse_shifted
     for line in lines:
