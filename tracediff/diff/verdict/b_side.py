@@ -130,10 +130,9 @@ class BSide:
             if outs and record["t"] != REGION:  # a region's exit only shows values its ops made
                 only_b = is_alignable and not self._paired[count]
                 foreign = self._is_foreign(record)
-                fused = tuple(sys.intern(f["op"]) for f in record.get("fuses") or ())
-                kernel = record["t"] == KERNEL
-                made = Made(Place.of(record), interned(record.get("name")) if kernel else None, fused,
-                             (fused[-1] if fused else None) if kernel else interned(record.get("op")), reads_of(record),
+                made = Made(Place.of(record), interned(record.get("name")) if record["t"] == KERNEL else None,
+                             tuple(sys.intern(f["op"]) for f in record.get("fuses") or ()),
+                             interned(chain_op(record)), reads_of(record),
                              preserves_values(record) or rewrites_an_input(record), only_b=only_b, foreign=foreign,
                              read_values=tuple(pack(t) for t in record.get("in", ()) if t.get("fp"))
                              if only_b or foreign else (),

@@ -64,8 +64,8 @@ _CONTENT_DIGITS = 7
 # (`pack`): as parsed, its dict, strings and fingerprint's floats took about 900 bytes, packed about 330, and a
 # real trace's tables keep up to hundreds of thousands (GPT-2's 2,000 AdamW steps: the walk's peak 1.2 GB).
 PackedTensor = bytes
-# What the rules read of a kept tensor: its argument, dtype, shape, device and fingerprint.
-_KEPT_FIELDS = ("a", "dt", "sh", "dev", "fp")
+# What the rules read of a kept tensor: its dtype, shape, device and fingerprint.
+_KEPT_FIELDS = ("dt", "sh", "dev", "fp")
 
 
 def pack(t: Tensor) -> PackedTensor:
