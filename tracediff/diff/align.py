@@ -268,11 +268,13 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
         if line != b.source[j] or a.coarse[i] == b.coarse[j] or a.coarse_shifted[i] == b.coarse_shifted[j]:
             continue  # at other lines, or the pair's own values are about the same
         suspects.append((i, j, line))
-    lines = {line for _, _, line in suspects}
-    places_a, places_b = _value_places(a, lines), _value_places(b, lines)
+    # A's value must occur near the pair in B, then B's near it in A: each trace is indexed for the values asked.
+    places_b = _value_places(b, {(line, key) for i, _, line in suspects for key in (a.coarse[i], a.coarse_shifted[i])})
+    suspects = [(i, j, line) for i, j, line in suspects
+                if _occurs_near(places_b, line, (a.coarse[i], a.coarse_shifted[i]), j)]
+    places_a = _value_places(a, {(line, key) for _, j, line in suspects for key in (b.coarse[j], b.coarse_shifted[j])})
     for i, j, line in suspects:
-        if (_occurs_near(places_b, line, (a.coarse[i], a.coarse_shifted[i]), j)
-                and _occurs_near(places_a, line, (b.coarse[j], b.coarse_shifted[j]), i)):
+        if _occurs_near(places_a, line, (b.coarse[j], b.coarse_shifted[j]), i):
             partner[i], tier[i] = -1, 0
 
 
@@ -283,23 +285,22 @@ _OP_PAIRS = re.compile(b"%c" % OP_TIER)
 _PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 
 
-def _value_places(skeleton: Skeleton, lines: set[int]) -> dict[tuple[int, int], list[int]]:
-    """(line, coarse value key) -> the positions of the records with that value at that line, ascending; of
-    the records at `lines` only, each line's found at C speed (`array.index`) rather than by a Python loop over
-    every record of the window."""
+def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
+    """(line, coarse value key) -> the positions of the records with that value at that line, ascending; for the
+    `wanted` keys only. A diverged stretch makes most of its pairs suspects, at every line: the positions of
+    only the values asked for are kept (a cheap test per record), not those of every record at those lines."""
     places: dict[tuple[int, int], list[int]] = defaultdict(list)
-    source, has_value, coarse, coarse_shifted = skeleton.source, skeleton.has_value, skeleton.coarse, skeleton.coarse_shifted
-    for line in lines:
-        k = -1
-        while True:
-            try:
-                k = source.index(line, k + 1)
-            except ValueError:
-                break
-            if has_value[k]:
-                places[line, coarse[k]].append(k)
-                if coarse_shifted[k] != coarse[k]:
-                    places[line, coarse_shifted[k]].append(k)
+    if not wanted:
+        return places
+    values = {key for _, key in wanted}
+    source, has_value = skeleton.source, skeleton.has_value
+    for k, (coarse, shifted) in enumerate(zip(skeleton.coarse, skeleton.coarse_shifted)):
+        if (coarse in values or shifted in values) and has_value[k]:
+            line = source[k]
+            if (line, coarse) in wanted:
+                places[line, coarse].append(k)
+            if shifted != coarse and (line, shifted) in wanted:
+                places[line, shifted].append(k)
     return places
 
 
