@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tracediff.config import Tolerance
 from tracediff.diff.compare import compare_fingerprints
@@ -84,6 +84,25 @@ def _fused_lines(record: TraceRecord) -> frozenset[str]:
 
 
 _NO_LINES: frozenset[str] = frozenset()
+
+
+class BSideView(Protocol):
+    """B's side as the walk and its rules use it: a `BSide`, or one in another process (remote_b_side.py)."""
+
+    index: int
+    current: TraceRecord | None
+
+    def advance_to(self, j: int) -> Iterator[TraceRecord]: ...
+    def rest(self) -> Iterator[TraceRecord]: ...
+    def agree(self, record: TraceRecord, a_index: int, loose_args: Collection[str | None] = ()) -> None: ...
+    def stop_filing(self) -> None: ...
+    def producer(self, t: Tensor) -> Made | None: ...
+    def computing_producer(self, t: Tensor) -> Made | None: ...
+    def walk_back(self, start: Tensor, through_loose: bool = False, through_updates: bool = False) -> list[Made]: ...
+    def recomputes(self, made: Made) -> bool: ...
+    def read_a_recomputed_value_of(self, made: Made, a_index: int) -> bool: ...
+    def read_the_value_of(self, made: Made, a_index: int) -> bool: ...
+    def agreed_values_read(self, made: Made) -> list[int]: ...
 
 
 class BSide:
@@ -169,10 +188,9 @@ class BSide:
         if content is not None and content in self.by_content:
             put_bounded(self.read_as, value_key(t), self.by_content[content][0])
 
-    def agree(self, record: TraceRecord, a_index: int, loose: Iterable[Tensor] = ()) -> None:
+    def agree(self, record: TraceRecord, a_index: int, loose_args: Collection[str | None] = ()) -> None:
         """B's `record` was paired with A's record `a_index`, whose outputs agree: so do its outputs.
-        `loose`: those of its outputs that agreed only within the absolute tolerance (loosely_agreeing)."""
-        loose_args = {t.get("a") for t in loose}
+        `loose_args`: the arguments of those that agreed only within the absolute tolerance (loosely_agreeing)."""
         outs = record.get("out", ())
         written, contents = self._written
         if written is not record:  # filed when it was streamed, unless it wrote none (a region)

@@ -12,7 +12,7 @@ from tracediff.diff.compare import TensorDiff
 from tracediff.diff.place import Place
 from tracediff.diff.precision import only_moves
 from tracediff.diff.verdict.a_side import ASide, Produced, places_of
-from tracediff.diff.verdict.b_side import BSide, Made
+from tracediff.diff.verdict.b_side import BSideView, Made
 from tracediff.diff.verdict.comparer import (
     Comparer,
     input_pair,
@@ -25,7 +25,7 @@ from tracediff.diff.verdict.loose import loosely_agreeing
 from tracediff.trace.schema import Tensor, TraceRecord
 
 
-def changed_in_between(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], a_side: ASide, b_side: BSide,
+def changed_in_between(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], a_side: ASide, b_side: BSideView,
                         by_name: bool) -> Divergence:
     """An input differs although no unpaired op of A produced it.
 
@@ -51,7 +51,7 @@ def changed_in_between(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDi
                       observed=seen, rule="changed_in_between")
 
 
-def op_read_at_its_line(made: Made, a_side: ASide, b_side: BSide, line: str | None = None) -> Place | None:
+def op_read_at_its_line(made: Made, a_side: ASide, b_side: BSideView, line: str | None = None) -> Place | None:
     """The op of A at B's record `made`'s own line (or at `line`) whose agreed value `made` read (the `mm` a
     pass's `mul` scales, not the `sum` of that `mm` computed at the same line after it)."""
     line = line or made.place.source
@@ -60,7 +60,7 @@ def op_read_at_its_line(made: Made, a_side: ASide, b_side: BSide, line: str | No
 
 
 def made_in_b_behind_views(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], views: list[Produced], a_side: ASide,
-                            made_in_b: list[Made], b_side: BSide) -> Divergence | None:
+                            made_in_b: list[Made], b_side: BSideView) -> Divergence | None:
     """An input differs and only views of A stand between it and values that agree.
 
     A view cannot change a value, so B changed it, with records only B ran (a
@@ -92,7 +92,7 @@ def made_in_b_behind_views(ra: TraceRecord, rb: TraceRecord, in_diffs: list[Tens
     return Divergence(kind_of(bad), a, changed.place, (a, *others), bad, False, note, observed=seen, rule="made_in_b_behind_views")
 
 
-def fused_elsewhere(kernel: Made, named: Place, seen: Place, a_side: ASide, b_side: BSide) -> tuple[Place, ...]:
+def fused_elsewhere(kernel: Made, named: Place, seen: Place, a_side: ASide, b_side: BSideView) -> tuple[Place, ...]:
     """A's ops at the other source lines a kernel of B fuses (an input gradient's `mm` with a pass's `mul` at
     its line, fused into the attention backward's kernel, named at the attention's line): the change may be
     in any of them. The op whose agreed value the kernel read at that line, else A's latest computing there."""
@@ -110,7 +110,7 @@ def fused_elsewhere(kernel: Made, named: Place, seen: Place, a_side: ASide, b_si
 
 
 def changed_after_its_pair(ra: TraceRecord, rb: TraceRecord, tb: Tensor | None, candidates: tuple[Place, ...],
-                            diffs: list[TensorDiff], a_side: ASide, b_side: BSide,
+                            diffs: list[TensorDiff], a_side: ASide, b_side: BSideView,
                             comparer: Comparer | None = None, through_loose: bool = False,
                             through_updates: bool = False) -> Divergence | None:
     """A's walk back found candidates, but B made the differing value through a record only B runs
@@ -231,7 +231,7 @@ _INTEGRAL = re.compile(r"(u?int\d*|bool)$")
 
 
 def changed_behind_unread_writes(ra: TraceRecord, rb: TraceRecord, tb: Tensor | None, candidates: list[Produced],
-                                  diffs: list[TensorDiff], a_side: ASide, b_side: BSide) -> Divergence | None:
+                                  diffs: list[TensorDiff], a_side: ASide, b_side: BSideView) -> Divergence | None:
     """A's walk back reached a record whose writes were not fingerprinted (AdamW's foreach step on CUDA
     writes the weights in place): the values it read agreed, maybe only within the absolute tolerance (small
     gradients, 1% off), and its update (m / sqrt(v)) made that difference visible. Where B changed such a
@@ -249,7 +249,7 @@ def changed_behind_unread_writes(ra: TraceRecord, rb: TraceRecord, tb: Tensor | 
 
 
 def changed_below_the_absolute_tolerance(ra: TraceRecord, rb: TraceRecord, passed: list, out_diffs: list[TensorDiff],
-                                          a_side: ASide, b_side: BSide) -> Divergence | None:
+                                          a_side: ASide, b_side: BSideView) -> Divergence | None:
     """An op whose inputs agree only within the absolute tolerance and whose outputs differ (taken for
     amplified noise): where B made such an input, far from zero, by changing a value that agreed at the
     line of an op of A (a pass's `mul` after a variance's `mean`, with one kernel per op), name that op."""
@@ -262,7 +262,7 @@ def changed_below_the_absolute_tolerance(ra: TraceRecord, rb: TraceRecord, passe
     return None
 
 
-def made_only_in_b(ra: TraceRecord, rb: TraceRecord, diffs: list[TensorDiff], a_side: ASide, b_side: BSide) -> Divergence | None:
+def made_only_in_b(ra: TraceRecord, rb: TraceRecord, diffs: list[TensorDiff], a_side: ASide, b_side: BSideView) -> Divergence | None:
     """A compiled region's output differs and every op of A behind it agrees with its partner in B.
 
     Then B changed the value after its last paired op: ops only B ran between

@@ -23,7 +23,7 @@ from tracediff.diff.computed import ComputedValues
 from tracediff.diff.place import Place
 from tracediff.diff.precision import preserves_values
 from tracediff.diff.verdict.a_side import ASide, places_of
-from tracediff.diff.verdict.b_side import BSide
+from tracediff.diff.verdict.b_side import BSideView
 from tracediff.diff.verdict.changed_in_b import (
     changed_after_its_pair,
     changed_behind_unread_writes,
@@ -51,7 +51,7 @@ class Walk:
 
     comparer: Comparer
     a_side: ASide
-    b_side: BSide
+    b_side: BSideView
     b_values: ComputedValues
     amplified: Amplified
     loose_entries: LooseEntries

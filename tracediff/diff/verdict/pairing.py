@@ -11,7 +11,7 @@ from tracediff.config import Tolerance
 from tracediff.diff.align import SHAPE_TIER
 from tracediff.diff.compare import TensorDiff
 from tracediff.diff.skeleton import chain_op, kernel_origin
-from tracediff.diff.verdict.b_side import BSide, Made
+from tracediff.diff.verdict.b_side import BSideView, Made
 from tracediff.diff.verdict.comparer import (
     Comparer,
     far_apart,
@@ -72,7 +72,7 @@ def comparable_pair(ra: TraceRecord, rb: TraceRecord, tier: int, comparer: Compa
     return True
 
 
-def fed_by_b_only(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], b_side: BSide, by_name: bool,
+def fed_by_b_only(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], b_side: BSideView, by_name: bool,
                    tolerance_of: Callable[[Tensor], Tolerance]) -> bool:
     """Was a differing input of B's record made by a record only B runs (e.g. an op a compiler pass
     inserted)? A dispatched op; a generated kernel only where B's record is a kernel too (one kernel

@@ -14,7 +14,7 @@ from tracediff.diff.compare import TensorDiff
 from tracediff.diff.place import Place
 from tracediff.diff.precision import only_moves
 from tracediff.diff.verdict.a_side import ASide
-from tracediff.diff.verdict.b_side import BSide
+from tracediff.diff.verdict.b_side import BSideView
 from tracediff.diff.verdict.comparer import (
     OTHER_QUANTITY,
     Comparer,
@@ -64,7 +64,7 @@ def unsure_if_inputs_moved(d: Divergence, passed: list) -> Divergence:
 
 
 def absorbed_change(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff], kernel: bool, comparer: Comparer,
-                     a_side: ASide, b_side: BSide, by_name: bool) -> Divergence | None:
+                     a_side: ASide, b_side: BSideView, by_name: bool) -> Divergence | None:
     """`ra`'s outputs agree though an input differs beyond the tolerance: B changed a value of A's that
     agreed (with a record only B runs) and `ra` absorbed the change (a small residual branch added to a
     large stream). Where the difference shows again later, barely, this is where it was made. With a
@@ -101,7 +101,7 @@ def absorbed_change(ra: TraceRecord, rb: TraceRecord, in_diffs: list[TensorDiff]
 
 
 def absorbed_by_unpaired_ops(ra: TraceRecord, rb: TraceRecord, bad: TensorDiff, ta: Tensor, tb: Tensor,
-                                a_side: ASide, b_side: BSide) -> Divergence | None:
+                                a_side: ASide, b_side: BSideView) -> Divergence | None:
     """`absorbed_change` where A made the differing input with ops no record of B is paired with (a
     compiled backward's layer-norm backward and residual `add`, one kernel of B): B's generated kernel
     that made it at the line of such an op is where the value changed. Not an op B runs (an unpaired `mm`

@@ -9,7 +9,7 @@ from tracediff.diff.amplified import Amplified, Amplifier, amplifies
 from tracediff.diff.compare import TensorDiff
 from tracediff.diff.place import Place
 from tracediff.diff.verdict.a_side import ASide
-from tracediff.diff.verdict.b_side import BSide
+from tracediff.diff.verdict.b_side import BSideView
 from tracediff.diff.verdict.changed_in_b import (
     changed_behind_unread_writes,
 )
@@ -44,7 +44,7 @@ def mark_an_unread_update(ra: TraceRecord, rb: TraceRecord, passed: list, amplif
 
 
 def changed_before_an_unread_update(ra: TraceRecord, rb: TraceRecord, carried: list[TensorDiff], origins: list[Amplifier],
-                                     by_name: bool, a_side: ASide, b_side: BSide) -> Divergence | None:
+                                     by_name: bool, a_side: ASide, b_side: BSideView) -> Divergence | None:
     """`ra`'s inputs differ only by amplification, from a record whose writes were not fingerprinted (see
     mark_an_unread_update): unless B changed, with a record only B runs, a value that agreed only
     within the absolute tolerance on the way to that record (changed_behind_unread_writes)."""

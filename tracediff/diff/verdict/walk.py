@@ -14,6 +14,8 @@ alignment and bounded maps of compact producer entries for the walk back.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 from array import array
 from collections.abc import Callable
@@ -28,7 +30,7 @@ from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
 from tracediff.diff.skeleton import Skeleton, alignable
 from tracediff.diff.verdict.a_side import ASide
-from tracediff.diff.verdict.b_side import BSide
+from tracediff.diff.verdict.b_side import BSide, BSideView
 from tracediff.diff.verdict.comparer import Comparer
 from tracediff.diff.verdict.divergence import DiffResult, Divergence
 from tracediff.diff.verdict.loose import LooseEntries, LooseEntry, loosely_agreeing, moved
@@ -40,7 +42,9 @@ from tracediff.diff.verdict.refinements import (
     from_an_absorbed_change,
     unsure_if_barely_beyond,
 )
+from tracediff.diff.verdict.remote_b_side import RemoteBSide
 from tracediff.diff.verdict.updates import mark_an_unread_update
+from tracediff.trace.compression import estimated_text_bytes
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION, TraceRecord
 
@@ -57,7 +61,11 @@ def find_divergence(a: Skeleton, b: Skeleton, partner: array, tier: bytearray, c
     """Walk A with B in step; `sample`, if given, is told every aligned row (for the HTML report); `progress`,
     a line every _PROGRESS_EVERY records of A."""
     walker = _Walker(a, b, partner, tier, config, sample, noise)
-    walker.run(progress)
+    try:
+        walker.run(progress)
+    except BaseException:
+        walker.abandon()
+        raise
     return walker.finish()
 
 
@@ -73,8 +81,9 @@ class _Walker:
         amplified = self.result.amplified = Amplified()
         # Per alignable record of B: does it have a partner in A? (B's side, then the counts.)
         self.paired_b = paired_in_b(partner, len(b))
-        self.walk = Walk(comparer, ASide(comparer.garbage, amplified), BSide(b.path, self.paired_b, a.op_lines),
-                         ComputedValues(b.path), amplified, LooseEntries())
+        b_side = _b_side(b, self.paired_b, a.op_lines, remote=sample is None and remote_b_side(b))
+        self.walk = Walk(comparer, ASide(comparer.garbage, amplified), b_side, ComputedValues(b.path), amplified,
+                         LooseEntries())
         self.rejected = 0
         # The first value B changed after it agreed whose reader's output still agreed (within the tolerance).
         self.absorbed: Divergence | None = None
@@ -199,7 +208,7 @@ class _Walker:
         walk.loose_entries.carry(ra, moved(pair.out_passed),
                                  pair.loose_entry or walk.loose_entries.started_by(ra, pair.passed, pair.out_passed))
         walk.a_side.known(ra)
-        walk.b_side.agree(rb, ra["i"], loosely_agreeing(pair.out_passed))
+        walk.b_side.agree(rb, ra["i"], {t.get("a") for t in loosely_agreeing(pair.out_passed)})
         if after_an_update:
             mark_an_unread_update(ra, rb, pair.passed, walk.amplified, walk.a_side, walk.outside_regions)
 
@@ -216,8 +225,15 @@ class _Walker:
             place = Place.of(record)
             result.structure.append(f"only in {side}: {place.op}{place.at} (#{place.index})")
 
+    def abandon(self) -> None:
+        """The walk failed or was interrupted: end B's process, if it has one, asking nothing."""
+        if isinstance(self.walk.b_side, RemoteBSide):
+            self.walk.b_side.close(check=False)
+
     def finish(self) -> DiffResult:
         result, sample = self.result, self.sample
+        if isinstance(self.walk.b_side, RemoteBSide):
+            self.walk.b_side.close()
         if sample is not None:
             if result.first is not None:
                 sample.diverged()
@@ -236,6 +252,21 @@ class _Walker:
             result.first = Divergence("structure", Place(-1, "structure", None, None), None, (), None, True,
                                       f"{result.structure_count} structure difference(s): {detail}", rule="structure")
         return result
+
+
+# From this size of trace B (of JSON lines: a compressed one's is estimated), B's side of the walk runs in a
+# process of its own (remote_b_side.py): below it, starting one costs more than it saves.
+REMOTE_B_SIDE_BYTES = 64 * 2**20
+
+
+def remote_b_side(b: Skeleton) -> bool:
+    """Should B's side of the walk run in a second process? For a long trace B, with a second core to run it."""
+    return ((os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods()
+            and estimated_text_bytes(b.path) >= REMOTE_B_SIDE_BYTES)
+
+
+def _b_side(b: Skeleton, paired_b: bytearray, a_op_lines: set[int], remote: bool) -> BSideView:
+    return RemoteBSide(b.path, paired_b, a_op_lines) if remote else BSide(b.path, paired_b, a_op_lines)
 
 
 def _count_structure(result: DiffResult, partner: array, paired_b: bytearray, rejected: int, compiled: bool) -> None:
