@@ -103,6 +103,7 @@ class BSideView(Protocol):
     def read_a_recomputed_value_of(self, made: Made, a_index: int) -> bool: ...
     def read_the_value_of(self, made: Made, a_index: int) -> bool: ...
     def agreed_values_read(self, made: Made) -> list[int]: ...
+    def close(self, check: bool = True) -> None: ...
 
 
 class BSide:
@@ -275,6 +276,9 @@ class BSide:
     def rest(self) -> Iterator[TraceRecord]:
         """B's alignable records after the current one (all unpaired once A is done)."""
         yield from self._records
+
+    def close(self, check: bool = True) -> None:
+        """Nothing to end here (a `RemoteBSide` ends its process)."""
 
     def advance_to(self, j: int) -> Iterator[TraceRecord]:
         """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""

@@ -2,7 +2,7 @@
 
 Filing who made each of B's values (`BSide`) is about a quarter of a long walk's time, and needs only B's
 records; the rules ask it something at a few records in a hundred, most at the first divergence. So a forked
-process keeps the `BSide`, and the walk's process streams B only for the pairs it compares: it tells that
+process keeps the `BSide`, and the walk's process reads B itself only to compare its records: it tells that
 process each call a `BSide` gets (advance, agree, stop filing), in order and in batches, and waits only for
 the rules' questions. The other process makes exactly the calls the walk would have made, in the same
 order, so every answer is the one a `BSide` in the walk's process gives.

@@ -9,7 +9,8 @@ move it to where a difference below the tolerance was made, upstream of where it
 
 Later disagreements are echoes, counted up to a limit; then reading stops, so a divergence early in a
 long run is reported without parsing the rest. Both files are streamed; what stays in memory is the
-alignment and bounded maps of compact producer entries for the walk back.
+alignment and bounded maps of compact producer entries for the walk back. For a long trace B, B's maps are
+kept by a second process (remote_b_side.py), which files them while this one compares.
 """
 
 from __future__ import annotations
@@ -227,13 +228,11 @@ class _Walker:
 
     def abandon(self) -> None:
         """The walk failed or was interrupted: end B's process, if it has one, asking nothing."""
-        if isinstance(self.walk.b_side, RemoteBSide):
-            self.walk.b_side.close(check=False)
+        self.walk.b_side.close(check=False)
 
     def finish(self) -> DiffResult:
         result, sample = self.result, self.sample
-        if isinstance(self.walk.b_side, RemoteBSide):
-            self.walk.b_side.close()
+        self.walk.b_side.close()
         if sample is not None:
             if result.first is not None:
                 sample.diverged()
@@ -262,6 +261,7 @@ REMOTE_B_SIDE_BYTES = 64 * 2**20
 def remote_b_side(b: Skeleton) -> bool:
     """Should B's side of the walk run in a second process? For a long trace B, with a second core to run it."""
     return ((os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon  # a daemon process may start none
             and estimated_text_bytes(b.path) >= REMOTE_B_SIDE_BYTES)
 
 
