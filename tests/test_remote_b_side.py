@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import multiprocessing
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,21 @@ def test_a_call_that_failed_unasked_is_found_when_the_walk_ends(
         raise ValueError("cannot stop")
     monkeypatch.setattr(BSide, "stop_filing", broken)
     with pytest.raises(RuntimeError, match="(?s)failed.*cannot stop"):
+        _diff(a, b, monkeypatch, remote=True)
+    assert multiprocessing.active_children() == []
+
+
+def test_bs_process_dying_is_said_in_one_error(synthetic_pair: tuple[Path, Path, dict],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, _ = synthetic_pair
+    agree = BSide.agree
+
+    def dies(self: BSide, record: Any, a_index: int, loose_args: Any = ()) -> None:
+        if a_index > 3_000:
+            os._exit(3)  # only B's process agrees through its BSide: killed, say, by the OOM killer
+        agree(self, record, a_index, loose_args)
+    monkeypatch.setattr(BSide, "agree", dies)
+    with pytest.raises(RuntimeError, match=r"B's side of the walk ended \(exit code 3\)"):
         _diff(a, b, monkeypatch, remote=True)
     assert multiprocessing.active_children() == []
 

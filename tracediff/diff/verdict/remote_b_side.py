@@ -102,7 +102,10 @@ class RemoteBSide:
 
     def _flush(self) -> None:
         if self._calls:
-            self._conn.send(self._calls)
+            try:
+                self._conn.send(self._calls)
+            except OSError:  # a broken pipe: the other process is gone
+                raise self._ended() from None
             self._calls = []
 
     def _ask(self, method: str, *args: Any) -> Any:
@@ -111,10 +114,14 @@ class RemoteBSide:
         try:
             ok, answer = self._conn.recv()
         except EOFError:
-            raise RuntimeError(f"trace B's side of the walk ended (exit code {self._process.exitcode})") from None
+            raise self._ended() from None
         if not ok:
             raise RuntimeError(f"trace B's side of the walk failed:\n{answer}")
         return answer
+
+    def _ended(self) -> RuntimeError:
+        self._process.join(timeout=1)
+        return RuntimeError(f"trace B's side of the walk ended (exit code {self._process.exitcode})")
 
 
 def _alignable(trace: Trace) -> Iterator[TraceRecord]:
