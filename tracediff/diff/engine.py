@@ -6,7 +6,6 @@ import concurrent.futures
 import contextlib
 import gc
 import multiprocessing
-import os
 import re
 import tempfile
 import time
@@ -19,6 +18,7 @@ from tracediff.config import Config
 from tracediff.diff.align import align_in_windows
 from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
+from tracediff.diff.second_process import can_fork_a_helper
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
 from tracediff.trace.compression import estimated_text_bytes
@@ -41,7 +41,7 @@ def build_skeletons(path_a: str | Path, path_b: str | Path, spill: Path | None =
     the keys of long traces go to files there (skeleton.py)."""
     spill_a, spill_b = (spill / "a", spill / "b") if spill is not None else (None, None)
     sizes = [_text_bytes(p) for p in (path_a, path_b)]
-    if min(sizes) < _PARALLEL_BYTES or (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if min(sizes) < _PARALLEL_BYTES or not can_fork_a_helper():
         return build_skeleton(path_a, spill_a), build_skeleton(path_b, spill_b)
     # Forked, not spawned: the keys hash strings, and a fresh interpreter hashes them with another secret.
     fork = multiprocessing.get_context("fork")

@@ -106,7 +106,28 @@ class BSideView(Protocol):
     def close(self, check: bool = True) -> None: ...
 
 
-class BSide:
+class BRecords:
+    """Trace B's alignable records, read in step with A: the current one, and those passed over on the way."""
+
+    def __init__(self, records: Iterator[TraceRecord]) -> None:
+        self._records = records
+        self.index = -1
+        self.current: TraceRecord | None = None
+
+    def advance_to(self, j: int) -> Iterator[TraceRecord]:
+        """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
+        while self.index < j:
+            self.current = next(self._records)
+            self.index += 1
+            if self.index < j:
+                yield self.current
+
+    def rest(self) -> Iterator[TraceRecord]:
+        """B's alignable records after the current one (all unpaired once A is done)."""
+        yield from self._records
+
+
+class BSide(BRecords):
     """Trace B streamed in step with A: its alignable records, and who made each value."""
 
     def __init__(self, path: Any, paired: bytearray, a_op_lines: set[int]) -> None:
@@ -122,9 +143,7 @@ class BSide:
         self.agreed_contents: OrderedDict[Content, int] = OrderedDict()  # the same, by content
         # Of those, values that agreed only within the absolute tolerance, far from zero (see loosely_agreeing).
         self.loose: OrderedDict[Key, None] = OrderedDict()
-        self._records = self._alignable(Trace(path))
-        self.index = -1
-        self.current: TraceRecord | None = None
+        super().__init__(self._alignable(Trace(path)))
         # Whether A computes an op at a line (`op_line_key`), by the op's and line's names: a trace has few of them.
         self._foreign: dict[tuple[str | None, str | None], bool] = {}
         # The last record streamed that wrote values, and their contents (`content_of`), which `agree` files again.
@@ -273,17 +292,5 @@ class BSide:
                 stack.extend(made.reads)
         return [found[i] for i in sorted(found)]
 
-    def rest(self) -> Iterator[TraceRecord]:
-        """B's alignable records after the current one (all unpaired once A is done)."""
-        yield from self._records
-
     def close(self, check: bool = True) -> None:
         """Nothing to end here (a `RemoteBSide` ends its process)."""
-
-    def advance_to(self, j: int) -> Iterator[TraceRecord]:
-        """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
-        while self.index < j:
-            self.current = next(self._records)
-            self.index += 1
-            if self.index < j:
-                yield self.current

@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from tracediff.diff.skeleton import alignable
-from tracediff.diff.verdict.b_side import BSide, Made
+from tracediff.diff.verdict.b_side import BRecords, BSide, Made
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import Tensor, TraceRecord
 
@@ -26,7 +26,7 @@ from tracediff.trace.schema import Tensor, TraceRecord
 _BATCH = 512
 
 
-class RemoteBSide:
+class RemoteBSide(BRecords):
     """The `BSide` interface the rules use, with its tables in a forked process (`serve`)."""
 
     def __init__(self, path: Any, paired: bytearray, a_op_lines: set[int]) -> None:
@@ -38,21 +38,11 @@ class RemoteBSide:
         self._process.start()
         theirs.close()
         self._calls: list[tuple] = []
-        self._records = _alignable(Trace(path))
-        self.index = -1
-        self.current: TraceRecord | None = None
+        super().__init__(_alignable(Trace(path)))
 
     def advance_to(self, j: int) -> Iterator[TraceRecord]:
-        """Move to B's alignable record `j`; yields the ones passed over (unpaired)."""
-        while self.index < j:
-            self.current = next(self._records)
-            self.index += 1
-            if self.index < j:
-                yield self.current
+        yield from super().advance_to(j)
         self._call("advance_to", j)
-
-    def rest(self) -> Iterator[TraceRecord]:
-        yield from self._records
 
     def agree(self, record: TraceRecord, a_index: int, loose_args: Collection[str | None] = ()) -> None:
         assert record is self.current, "B's side agrees only on its current record"

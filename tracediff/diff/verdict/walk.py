@@ -15,8 +15,6 @@ kept by a second process (remote_b_side.py), which files them while this one com
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
 from array import array
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from tracediff.diff.computed import ComputedValues
 from tracediff.diff.noise import Noise
 from tracediff.diff.place import Place
 from tracediff.diff.sample import AGREE, DIFFER, UNCHECKED, AlignmentSample
+from tracediff.diff.second_process import can_fork_a_helper
 from tracediff.diff.skeleton import Skeleton, alignable
 from tracediff.diff.verdict.a_side import ASide
 from tracediff.diff.verdict.b_side import BSide, BSideView
@@ -260,9 +259,7 @@ REMOTE_B_SIDE_BYTES = 64 * 2**20
 
 def remote_b_side(b: Skeleton) -> bool:
     """Should B's side of the walk run in a second process? For a long trace B, with a second core to run it."""
-    return ((os.cpu_count() or 1) >= 2 and "fork" in multiprocessing.get_all_start_methods()
-            and not multiprocessing.current_process().daemon  # a daemon process may start none
-            and estimated_text_bytes(b.path) >= REMOTE_B_SIDE_BYTES)
+    return can_fork_a_helper() and estimated_text_bytes(b.path) >= REMOTE_B_SIDE_BYTES
 
 
 def _b_side(b: Skeleton, paired_b: bytearray, a_op_lines: set[int], remote: bool) -> BSideView:
