@@ -428,3 +428,67 @@ def test_an_output_that_views_an_input_can_be_written_in_place_as_without_the_ju
     sink = Sink()
     assert torch.equal(run(judged("aot_eager", sink)), plain)
     assert [c["ph"] for c in sink.checks] == ["bw", "fw"] and "not tapped" in sink.checks[0]["unjudged"]
+
+
+class _VAE(torch.nn.Module):
+    """torch.distributions' Normal across a graph break: the graph returns `loc` and `scale` and the views
+    `broadcast_all` made of them, so one gradient reaches two outputs' hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = torch.nn.Linear(16, 8), torch.nn.Linear(4, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.distributions import Normal, kl_divergence
+
+        mu, logvar = self.enc(x).chunk(2, dim=-1)
+        q = Normal(mu, (0.5 * logvar).exp())
+        recon = F.binary_cross_entropy_with_logits(self.dec(q.rsample()), x, reduction="sum")
+        return recon + kl_divergence(q, Normal(torch.zeros_like(mu), torch.ones_like(mu))).sum()
+
+
+def test_a_gradient_that_reaches_two_outputs_is_fed_to_the_references_once() -> None:
+    """Before: each output's hook kept the gradient, and the reference was fed it twice, once at the output and
+    once at its view: a healthy VAE's encoder gradients were wrong by 1.3 (scale 8), a false DIVERGED."""
+    sink = Sink()
+    torch.manual_seed(0)
+    model = _VAE()
+    compiled = torch.compile(model, backend=judged("aot_eager", sink))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = (torch.rand(8, 16) > 0.5).float()
+    for _ in range(2):
+        loss = compiled(x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    backward = [c for c in sink.checks if c["ph"] == "bw"]
+    assert any("grad of enc.weight" in {o["name"] for o in c["outs"]} for c in backward)
+    assert sink.wrong() == []
+
+
+def test_a_wrong_gradient_through_an_output_returned_twice_is_still_found() -> None:
+    """The gradient kept once is still compared: a backward fault on the path of a repeated output is found."""
+    sink = Sink()
+    wrong_backward = aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=_tanh_backward_scaled)
+    w = torch.randn(4, 4, requires_grad=True)
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = torch.tanh(x @ w)
+        return h, h, h[:2]
+
+    h, again, top = torch.compile(f, backend=judged(wrong_backward, sink))(torch.randn(3, 4))
+    (h.sum() + 2 * again.sum() + 3 * top.sum()).backward()
+    (check,) = sink.wrong()
+    assert check["ph"] == "bw" and [o["name"] for o in check["outs"]] == ["grad of w"]
+
+
+def test_outputs_that_pass_their_gradient_on_to_another_outputs_hook() -> None:
+    from tracediff.record.judging.shared_grads import passed_on
+
+    x = torch.randn(4, 3, requires_grad=True)
+    tapped = x.view_as(x)  # the call's input, as the judge's tap gives it
+    a = tapped * 2
+    b = a.exp()  # computed from output 0
+    independent = tapped.sin()
+    outputs = [a, a, a[1:], b, independent, torch.ones(2)]
+    assert passed_on(outputs, [0, 1, 2, 3, 4], [tapped]) == {1, 2, 3}

@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten
 
 from tracediff.judge.measure import Measurement, any_wrong, carrying, measure
 from tracediff.record.judging.policy import JudgePolicy
+from tracediff.record.judging.shared_grads import passed_on
 from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
 
@@ -335,7 +336,7 @@ class JudgedGraph:
         except Exception as e:  # noqa: BLE001 - as above
             self._write_unjudged(call, "fw", f"comparing its outputs raised {type(e).__name__}: {_first_line(e)}", where)
         if check is not None:
-            self._hook_outputs(check, flat_c)
+            self._hook_outputs(check, flat_c, call_args)
         return out_c
 
     # -- references --------------------------------------------------------------------------------------
@@ -438,9 +439,13 @@ class JudgedGraph:
         versions = {i: a._version for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in written}
         return _BackwardCheck(call, kept, versions, tapped, rng, where, Autocast())
 
-    def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any]) -> None:
-        """Keep the gradients autograd feeds into the compiled backward, output by output."""
-        check.outputs = [i for i, t in enumerate(outputs) if is_float(t) and t.requires_grad]
+    def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any], call_args: Sequence[Any]) -> None:
+        """Keep the gradients autograd feeds into the compiled backward, output by output. An output whose gradient
+        another output's hook receives too (the same tensor twice, a view of another output) keeps none of its
+        own: fed into the references at both, that gradient would count twice (shared_grads.py)."""
+        carrying_grads = [i for i, t in enumerate(outputs) if is_float(t) and t.requires_grad]
+        shared = passed_on(outputs, carrying_grads, call_args)
+        check.outputs = [i for i in carrying_grads if i not in shared]
         if not check.outputs:
             return
 
