@@ -159,6 +159,15 @@ def test_a_match_says_which_calls_it_does_not_cover() -> None:
     every = SameInputFindings(calls=300, backward_calls=300, graphs=1, wrong_calls=0, first_wrong=None,
                               calls_made=300)
     assert every.skipped_note() is None and "made" not in every.summary()
+    # Calls whose references failed (a torch.func graph) are unjudged, not left out by a policy: said once, by
+    # unjudged_note, not blamed on the light mode (before: "3 of the 3 ... `tracediff run` without --light").
+    failed = SameInputFindings(calls=0, backward_calls=0, graphs=0, wrong_calls=0, first_wrong=None, unjudged=3,
+                               unjudged_reason="its uncompiled graph raised RuntimeError", calls_made=3,
+                               unjudged_forward=3)
+    assert failed.skipped_note() is None and "made" not in failed.summary() and failed.unjudged_note()
+    partly = SameInputFindings(calls=40, backward_calls=0, graphs=1, wrong_calls=0, first_wrong=None, unjudged=10,
+                               policy="time budget", calls_made=300, unjudged_forward=10)
+    assert "250 of the 300 compiled calls were not judged (time budget)" in str(partly.skipped_note())
 
 
 def test_the_error_per_step_is_the_compiled_codes_worst_output_with_eagers_beside_it() -> None:

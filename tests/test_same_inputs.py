@@ -492,3 +492,22 @@ def test_outputs_that_pass_their_gradient_on_to_another_outputs_hook() -> None:
     independent = tapped.sin()
     outputs = [a, a, a[1:], b, independent, torch.ones(2)]
     assert passed_on(outputs, [0, 1, 2, 3, 4], [tapped]) == {1, 2, 3}
+
+
+def test_calls_under_inference_mode_are_judged() -> None:
+    """Inference-mode tensors have no version counter: the judge tells the inputs a graph writes by their values
+    (before: every call unjudged, "Inference tensors do not track version counter")."""
+
+    def f(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache.add_(x)
+        return torch.cos(cache) * 2
+
+    for backend, wrong in (("aot_eager", False), (cos_as_sin, True)):
+        torch._dynamo.reset()
+        sink = Sink()
+        with torch.inference_mode():
+            cache = torch.zeros(8)
+            torch.compile(f, backend=judged(backend, sink))(torch.randn(8), cache)
+        assert [c["ph"] for c in sink.checks] == ["fw"] and not sink.checks[0].get("unjudged")
+        assert [o["name"] for o in sink.checks[0]["outs"]] == ["out0", "cache (written in place)"]
+        assert bool(sink.wrong()) is wrong

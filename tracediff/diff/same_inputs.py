@@ -96,6 +96,14 @@ class SameInputFindings:
     # and how many forward calls the program made (None: not counted, a trace from before the count).
     policy: str = "every call"
     calls_made: int | None = None
+    unjudged_forward: int = 0  # of `unjudged`, forward calls: made, and left out by a failure, not by the policy
+
+    @property
+    def left_out_by_policy(self) -> int:
+        """Forward calls the policy chose not to judge (the light mode's budget, a window)."""
+        if self.calls_made is None or self.policy == "every call":
+            return 0
+        return max(0, self.calls_made - self.calls - self.unjudged_forward)
 
     @property
     def judged(self) -> bool:
@@ -116,9 +124,9 @@ class SameInputFindings:
 
     def skipped_note(self) -> str | None:
         """Where calls were left unjudged by choice (the light mode's budget): what the verdict does not cover."""
-        if self.calls_made is None or self.calls_made <= self.calls:
+        skipped = self.left_out_by_policy
+        if not skipped:
             return None
-        skipped = self.calls_made - self.calls
         return (f"{skipped} of the {self.calls_made} compiled calls were not judged ({self.policy}): a fault in "
                 "those alone would go unseen here (a fault in every call of a graph shows at its first call, which "
                 "is always judged); `tracediff run` without --light judges every call")
@@ -126,7 +134,7 @@ class SameInputFindings:
     def summary(self) -> str:
         backward = f" and {self.backward_calls} compiled backward(s)" if self.backward_calls else ""
         sampled = ""
-        if self.calls_made is not None and self.calls_made > self.calls:
+        if self.left_out_by_policy:
             sampled = f" (judged of {self.calls_made} made, within the light mode's {self.policy})" \
                 if self.policy == "time budget" else f" (judged of {self.calls_made} made: those in the {self.policy})"
         return f"{self.calls} call(s) of {self.graphs} compiled graph(s){sampled}{backward}"
@@ -179,7 +187,8 @@ def read_findings(checks: Sequence[CheckRecord], config: Config,
         backward_calls=sum(1 for c in judged if c.get("ph") == "bw"),
         graphs=len({c.get("g") for c in judged}), wrong_calls=wrong_calls, first_wrong=first,
         unjudged=len(unjudged), unjudged_reason=str(unjudged[0]["unjudged"]) if unjudged else None,
-        policy=str(judging.get("policy") or "every call"), calls_made=judging.get("calls"))
+        policy=str(judging.get("policy") or "every call"), calls_made=judging.get("calls"),
+        unjudged_forward=sum(1 for c in unjudged if c.get("ph", "fw") == "fw"))
 
 
 def reference_index(trace_a: str | Path, wrong: WrongCall) -> int | None:

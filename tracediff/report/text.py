@@ -116,8 +116,7 @@ def _render_finding(report: dict[str, Any], same_inputs: dict[str, Any] | None) 
     if report["verdict"] == "match" and same_inputs:
         drift = report.get("drift")
         where = f" at {drift['source']}" if drift and drift.get("source") else ""
-        made = same_inputs.get("calls_made")
-        sampled = made is not None and made > same_inputs.get("calls", 0)
+        sampled = _left_out_by_policy(same_inputs)
         return [f"  every {'judged ' if sampled else ''}compiled call is as close to float64 as eager on its own "
                 "inputs"
                 + (f"; the runs drift apart from {drift['op']}{where}: rounding, not the compiler" if drift else "")]
@@ -132,11 +131,17 @@ def _render_finding(report: dict[str, Any], same_inputs: dict[str, Any] | None) 
     return []
 
 
+def _left_out_by_policy(same_inputs: dict[str, Any]) -> bool:
+    """Whether calls were left unjudged by choice (the light mode, a window), not only by failing references."""
+    made = same_inputs.get("calls_made")
+    return made is not None and made > same_inputs.get("calls", 0) and same_inputs.get("policy") != "every call"
+
+
 def _render_same_inputs(same_inputs: dict[str, Any]) -> list[str]:
     """What judging each compiled call on its own inputs came to; the first wrong call's wrong outputs."""
     backward = f", {same_inputs['backward_calls']} compiled backward(s)" if same_inputs.get("backward_calls") else ""
     made = same_inputs.get("calls_made")
-    of_made = f" (of {made} made; {same_inputs.get('policy')})" if made is not None and made > same_inputs["calls"] else ""
+    of_made = f" (of {made} made; {same_inputs.get('policy')})" if _left_out_by_policy(same_inputs) else ""
     lines = ["", f"same inputs: {same_inputs['calls']} call(s){of_made} of {same_inputs['graphs']} compiled graph(s)"
                  f"{backward} re-run uncompiled and in float64; {same_inputs['wrong_calls']} wrong"]
     wrong = same_inputs.get("first_wrong")

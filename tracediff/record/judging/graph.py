@@ -31,6 +31,7 @@ from torch.utils._pytree import tree_flatten
 from tracediff.judge.measure import Measurement, any_wrong, carrying, measure
 from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.judging.shared_grads import passed_on
+from tracediff.record.op_arguments import tensor_version
 from tracediff.record.source import SourceLocation
 from tracediff.record.upcast import Float64Upcast
 
@@ -367,15 +368,15 @@ class JudgedGraph:
         every tensor input, and the inputs it wrote are then known."""
         first = self.written is None
         inputs = copies(args, None if first else self.written)
-        versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
+        versions = [tensor_version(t) if isinstance(t, torch.Tensor) else None for t in inputs]
         # In the call's own grad mode (a graph may differentiate inside, `torch.func.grad`): its inputs are
         # detached, so no autograd graph is built for the program's values.
         out = run_graph(self.reference, inputs, float64)
         if first:
             # A version counter tells most writes; not all (batch_norm writes its running statistics without
-            # bumping theirs), so a changed value tells too.
+            # bumping theirs), so a changed value tells too; it alone for an inference-mode tensor, which has none.
             self.written = [i for i, (t, v, a) in enumerate(zip(inputs, versions, args)) if isinstance(t, torch.Tensor)
-                            and (t._version != v or not _equal(t, a))]
+                            and (tensor_version(t) != v or not _equal(t, a))]
         return out, inputs
 
     def _input_name(self, index: int) -> str:
