@@ -230,7 +230,7 @@ class _BackwardCheck:
 
     call: int
     inputs: list[Any]  # the forward's input values (copies of those the graph writes, the rest as they were)
-    versions: dict[int, int]  # the version each tensor input not copied had, to see a later write to it
+    versions: dict[int, int | None]  # each tensor input not copied: its version (None: inference-mode), to see a write
     tapped: list[int]  # inputs whose gradients the compiled backward computes
     rng: RngState
     where: tuple[str, int] | None  # the compiled region's call the forward ran in
@@ -437,7 +437,7 @@ class JudgedGraph:
         if not tapped:
             return None
         kept = copies(inputs, written)
-        versions = {i: a._version for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in written}
+        versions = {i: tensor_version(a) for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and i not in written}
         return _BackwardCheck(call, kept, versions, tapped, rng, where, Autocast())
 
     def _hook_outputs(self, check: _BackwardCheck, outputs: list[Any], call_args: Sequence[Any]) -> None:
@@ -497,7 +497,7 @@ class JudgedGraph:
         """Called by the tap with the compiled backward's gradients for the call's inputs."""
         if self._active or check.tangents is None:
             return
-        changed = [i for i, v in check.versions.items() if check.inputs[i]._version != v]
+        changed = [i for i, v in check.versions.items() if tensor_version(check.inputs[i]) != v]
         if changed:
             return  # an input was written between the forward and the backward: no same-input reference
         after = RngState()

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-# Nodes walked per call at most: the walk stops at the call's inputs, so only a call's own autograd graph is
-# walked, but an input the judge does not tap leads back into the program's graph; past this, no more is found.
+# Nodes walked from one output at most: the walk stops at the call's inputs, so only the call's own autograd graph
+# is walked, but an input the judge does not tap leads back into the program's graph; past this, no more is found.
 MAX_NODES = 10_000
 
 
