@@ -81,6 +81,14 @@ class WrongCall:
                 "culprit": self.check.get("culprit")}
 
 
+def left_out_by_policy(calls_made: int | None, calls: int, policy: str | None, unjudged_forward: int = 0) -> int:
+    """Forward calls the policy chose not to judge (the light mode's budget, a window): none under a policy of
+    every call, whose unjudged calls are failures to re-run. `calls_made` None: not counted (an older trace)."""
+    if calls_made is None or policy == "every call":
+        return 0
+    return max(0, calls_made - calls - unjudged_forward)
+
+
 @dataclass(frozen=True)
 class SameInputFindings:
     """What the checks of one run came to."""
@@ -100,10 +108,7 @@ class SameInputFindings:
 
     @property
     def left_out_by_policy(self) -> int:
-        """Forward calls the policy chose not to judge (the light mode's budget, a window)."""
-        if self.calls_made is None or self.policy == "every call":
-            return 0
-        return max(0, self.calls_made - self.calls - self.unjudged_forward)
+        return left_out_by_policy(self.calls_made, self.calls, self.policy, self.unjudged_forward)
 
     @property
     def judged(self) -> bool:

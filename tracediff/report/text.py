@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracediff.diff.same_inputs import left_out_by_policy
+
 _VERDICT_LINE = {
     "match": "MATCH: no divergence",
     "diverged": "DIVERGED",
@@ -133,8 +135,8 @@ def _render_finding(report: dict[str, Any], same_inputs: dict[str, Any] | None) 
 
 def _left_out_by_policy(same_inputs: dict[str, Any]) -> bool:
     """Whether calls were left unjudged by choice (the light mode, a window), not only by failing references."""
-    made = same_inputs.get("calls_made")
-    return made is not None and made > same_inputs.get("calls", 0) and same_inputs.get("policy") != "every call"
+    return left_out_by_policy(same_inputs.get("calls_made"), same_inputs.get("calls", 0),
+                              same_inputs.get("policy")) > 0
 
 
 def _render_same_inputs(same_inputs: dict[str, Any]) -> list[str]:

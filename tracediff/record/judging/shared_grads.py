@@ -59,10 +59,9 @@ def _reaches_another(output: torch.Tensor, position: int, edges: dict[tuple[int,
     """Whether the output's gradient flows into another output's edge before it reaches the call's inputs."""
     if output.grad_fn is None:
         return False
-    walked = [output.grad_fn]  # every node met, kept alive while their ids are compared
-    seen = {id(output.grad_fn)}
+    met = {id(output.grad_fn): output.grad_fn}  # every node met, by id; kept alive while ids are compared
     frontier = [output.grad_fn]
-    while frontier and len(walked) < MAX_NODES:
+    while frontier and len(met) < MAX_NODES:
         node = frontier.pop()
         for next_node, number in node.next_functions:
             if next_node is None:
@@ -70,9 +69,8 @@ def _reaches_another(output: torch.Tensor, position: int, edges: dict[tuple[int,
             owner = edges.get((id(next_node), number))
             if owner is not None and owner != position:
                 return True
-            if id(next_node) in stops or id(next_node) in seen:
+            if id(next_node) in stops or id(next_node) in met:
                 continue
-            walked.append(next_node)
-            seen.add(id(next_node))
+            met[id(next_node)] = next_node
             frontier.append(next_node)
     return False
