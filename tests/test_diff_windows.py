@@ -100,14 +100,15 @@ def test_traces_of_one_window_align_as_they_always_have(pair: tuple[Path, Path, 
     assert align_in_windows(a, b) == align(a, b)
 
 
-def _keys_at_one_line(values: dict[int, int], length: int) -> Skeleton:
-    """A skeleton of `length` records at one source line; `values`: position -> coarse value key."""
+def _keys_at_one_line(values: dict[int, int], length: int, lines: dict[int, int] | None = None) -> Skeleton:
+    """A skeleton of `length` records at one source line (42, but for `lines`: position -> line); `values`:
+    position -> coarse value key."""
     skeleton = Skeleton(Path("t.jsonl"), {"t": "header"})  # type: ignore[typeddict-item]
     for k in range(length):
         value = values.get(k, 0)
         for name, key in (("primary", 1), ("signature", 1), ("value", value), ("fine_value", value), ("named", 0),
                           ("coarse", value), ("coarse_shifted", value), ("has_value", bool(value)),
-                          ("source", 42), ("backward", 0)):
+                          ("source", (lines or {}).get(k, 42)), ("backward", 0)):
             getattr(skeleton, name).append(key)
         skeleton.is_region.append(0)
         skeleton.length += 1
@@ -125,6 +126,22 @@ def test_values_computed_in_another_order_are_looked_for_near_the_pair(
     partner, tier = array("q", range(10)), bytearray([OP_TIER]) * 10
     align_module._unpair_reordered(partner, tier, a, b)
     assert (partner[5] == -1) == unpaired
+
+
+@pytest.mark.parametrize("left_unpaired", [True, False])
+def test_a_value_fused_at_another_line_counts_where_the_other_is_an_unpaired_record(left_unpaired: bool) -> None:
+    """Regional compilation under bf16 (bench/real_programs/regional_compile.py): B casts one weight's gradient
+    alone at the pair's line and fuses the cast of another, which A makes last, into a kernel placed at another
+    line. B's value is an unpaired record of A's at the line, A's value is B's at another line: the pair is
+    the same values in another order, unpaired. Where that record of A has a partner of its own, B's value
+    standing there proves nothing (a wrong decomposition computing `sin` where A's line computes both)."""
+    a = _keys_at_one_line({2: 11, 5: 7}, 10)
+    b = _keys_at_one_line({5: 11, 8: 7}, 10, lines={8: 43})
+    partner, tier = array("q", range(10)), bytearray([OP_TIER]) * 10
+    if left_unpaired:
+        partner[2], tier[2] = -1, 0
+    align_module._unpair_reordered(partner, tier, a, b)
+    assert (partner[5] == -1) == left_unpaired
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -4,9 +4,10 @@
     python bench/real_programs/run.py vae moe --backend aot_eager --modes judged
 
 Each script here is correct by construction (plain eager and compiled agree); a `diverged`, a crash or a wrong
-exit code is a tracediff bug. Two runs at a time (each is mostly single-threaded Python and compiles). The
+exit code is a tracediff bug, but for the runs in KNOWN, whose verdict is explained there. Two runs at a time by default (each is mostly single-threaded Python and compiles).
+On a CUDA machine the scripts run on the GPU (those written for both pick it). The
 Hugging Face scripts need `transformers` (`pip install -e ".[bench]"`). Prints one line per run and exits 1
-when any run is not a match.
+when any run is not as expected.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MODES = {"judged": (), "trace-only": ("--no-same-inputs",)}
+# Runs whose verdict is not `match`, and why that verdict is the right one (or a limit of that mode, documented).
+KNOWN = {
+    ("nested_encoder", "trace-only"): (
+        "diverged", "eager's nested-tensor fast path leaves the padded rows 0, compiled code computes them: the "
+        "outputs differ there (aten::to_padded_tensor), while each compiled call is right on its own inputs"),
+    ("ema_distill", "trace-only"): (
+        "diverged", "the teacher starts equal to the student, so the loss is 0 and the gradients are rounding "
+        "noise that AdamW's first step scales to lr; without the judge the traces cannot tell that from a fault"),
+}
 
 
 def run(script: str, backend: str, mode: str, out_root: Path) -> tuple[str, str, int | None, str]:
@@ -42,6 +52,7 @@ def main() -> int:
     parser.add_argument("scripts", nargs="*", help="script names without .py [default: all]")
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--modes", default="judged,trace-only", help="judged, trace-only or both")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time [2: these are 2-core machines]")
     args = parser.parse_args()
     scripts = args.scripts or sorted(p.stem for p in HERE.glob("*.py") if p.stem != "run")
     modes = args.modes.split(",")
@@ -50,13 +61,17 @@ def main() -> int:
         parser.error(f"unknown: {', '.join(unknown)}")
     jobs = [(s, m) for m in modes for s in scripts]
     bad = 0
-    with tempfile.TemporaryDirectory(prefix="real-programs-") as tmp, ThreadPoolExecutor(2) as pool:
+    with tempfile.TemporaryDirectory(prefix="real-programs-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
         for (_, mode), (script, verdict, code, where) in zip(
                 jobs, pool.map(lambda job: run(job[0], args.backend, job[1], Path(tmp)), jobs)):
-            ok = verdict == "match" and code == 0
+            expected, why = KNOWN.get((script, mode), ("match", ""))
+            # A known verdict may also come back `match` (on another device, say): both are right.
+            ok = (verdict, code) in {("match", 0), (expected, 1)}
             bad += not ok
-            print(f"{'ok ' if ok else 'BAD'} {script:18} {mode:10} {verdict:9} exit {code} {where}", flush=True)
-    print(f"{len(jobs) - bad} of {len(jobs)} runs match")
+            mark = "BAD" if not ok else "ok " if verdict == "match" else "known"
+            print(f"{mark} {script:18} {mode:10} {verdict:9} exit {code} {where}{f' ({why})' if mark == 'known' else ''}",
+                  flush=True)
+    print(f"{len(jobs) - bad} of {len(jobs)} runs as expected")
     return 1 if bad else 0
 
 

@@ -248,16 +248,24 @@ def _kept(part: array, part_tier: bytearray, end_a: int, end_b: int) -> int:
 # reordered within one backward. Over a whole long trace a line holds thousands of values, and any value
 # found a look-alike by chance (a divergence's first ops were unpaired). Traces this short are searched whole.
 _REORDER_REACH = 50_000
+# How far a value fused at another line is looked for: fusion reorders within a few dozen ops, and a long
+# drifting stretch holds look-alikes at other lines and at unpaired records within thousands.
+_FUSED_REACH = 100
 
 
 def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:
-    """Unpair pairs made by op or shape whose two values both occur at the same line of the other trace near the
-    pair (the same within 0.05%: a compiled run's values differ in their last digits): the same values computed
-    in another order, which monotone pairs cannot follow. DDP lays its gradient buckets out in the order
-    gradients became ready, which differs between an eager and a compiled backward: the views into a
-    bucket and the copies back into `.grad` then come in another order, and pairing them by position
-    compared one parameter's gradient with another's. Unpaired, they are not compared; the ops that read
-    their values (the optimizer's) are."""
+    """Unpair pairs made by op or shape whose two values both occur in the other trace near the pair (the same
+    within 0.05%: a compiled run's values differ in their last digits): the same values computed in another
+    order, which monotone pairs cannot follow. Each value is looked for at the pair's line; or, within
+    _FUSED_REACH records, B's value at an unpaired record of A at that line and A's value in B at any line,
+    since a fused kernel of B is placed at one line of the several it computes (a bf16 backward under inductor: the cast of one weight's gradient
+    fused with the RMSNorm backward after it, at the norm's line, while the cast of another weight's gradient,
+    computed first in B and last in A, stands alone at the pair's line).
+
+    DDP lays its gradient buckets out in the order gradients became ready, which differs between an eager and
+    a compiled backward: the views into a bucket and the copies back into `.grad` then come in another order,
+    and pairing them by position compared one parameter's gradient with another's. Unpaired, they are not
+    compared; the ops that read their values (the optimizer's) are."""
     suspects = []
     for weak in _WEAK_TIERS.finditer(tier):
         i = weak.start()
@@ -269,13 +277,22 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
             continue  # at other lines, or the pair's own values are about the same
         suspects.append((i, j, line))
     # A's value must occur near the pair in B, then B's near it in A: each trace is indexed for the values asked.
-    places_b = _value_places(b, {(line, key) for i, _, line in suspects for key in (a.coarse[i], a.coarse_shifted[i])})
-    suspects = [(i, j, line) for i, j, line in suspects
-                if _occurs_near(places_b, line, (a.coarse[i], a.coarse_shifted[i]), j)]
-    places_a = _value_places(a, {(line, key) for _, j, line in suspects for key in (b.coarse[j], b.coarse_shifted[j])})
-    for i, j, line in suspects:
-        if _occurs_near(places_a, line, (b.coarse[j], b.coarse_shifted[j]), i):
+    places_b = _value_places(b, {(line, key) for i, _, line in suspects for key in _coarse_keys(a, i)}, any_line=True)
+    found_b = [(i, j, line, _occurs_near(places_b, line, _coarse_keys(a, i), j),
+                _occurs_near(places_b, _ANY_LINE, _coarse_keys(a, i), j, _FUSED_REACH)) for i, j, line in suspects]
+    found_b = [found for found in found_b if found[3] or found[4]]
+    places_a = _value_places(a, {(line, key) for _, j, line, _, _ in found_b for key in _coarse_keys(b, j)})
+    unpaired_a = _unpaired_mask(partner)
+    places_unpaired_a = {place: [k for k in positions if unpaired_a[k]] for place, positions in places_a.items()}
+    for i, j, line, at_line_in_b, fused_in_b in found_b:
+        keys_b = _coarse_keys(b, j)
+        if (at_line_in_b and _occurs_near(places_a, line, keys_b, i)) or \
+                (fused_in_b and _occurs_near(places_unpaired_a, line, keys_b, i, _FUSED_REACH)):
             partner[i], tier[i] = -1, 0
+
+
+def _coarse_keys(skeleton: Skeleton, k: int) -> tuple[int, int]:
+    return skeleton.coarse[k], skeleton.coarse_shifted[k]
 
 
 # The tiers of pairs made by op or by shapes (a byte of `tier` each), found at C speed.
@@ -285,10 +302,16 @@ _OP_PAIRS = re.compile(b"%c" % OP_TIER)
 _PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 
 
-def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
+# `_value_places`' line for values indexed whatever their line (`any_line`).
+_ANY_LINE = -1
+
+
+def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]], any_line: bool = False
+                  ) -> dict[tuple[int, int], list[int]]:
     """(line, coarse value key) -> the positions of the records with that value at that line, ascending; for the
-    `wanted` keys only. A diverged stretch makes most of its pairs suspects, at every line: the positions of
-    only the values asked for are kept (a cheap test per record), not those of every record at those lines."""
+    `wanted` keys only; with `any_line`, also (_ANY_LINE, key) -> the positions at any line. A diverged stretch
+    makes most of its pairs suspects, at every line: the positions of only the values asked for are kept (a
+    cheap test per record), not those of every record at those lines."""
     places: dict[tuple[int, int], list[int]] = defaultdict(list)
     if not wanted:
         return places
@@ -297,19 +320,22 @@ def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]]) -> dict[tupl
     for k, (coarse, shifted) in enumerate(zip(skeleton.coarse, skeleton.coarse_shifted)):
         if (coarse in values or shifted in values) and has_value[k]:
             line = source[k]
-            if (line, coarse) in wanted:
-                places[line, coarse].append(k)
-            if shifted != coarse and (line, shifted) in wanted:
-                places[line, shifted].append(k)
+            for key in {coarse, shifted} & values:
+                if (line, key) in wanted:
+                    places[line, key].append(k)
+                if any_line:
+                    places[_ANY_LINE, key].append(k)
     return places
 
 
-def _occurs_near(places: dict[tuple[int, int], list[int]], line: int, keys: tuple[int, int], at: int) -> bool:
-    """Does a value with one of `keys` occur at `line` within _REORDER_REACH records of position `at`?"""
+def _occurs_near(places: dict[tuple[int, int], list[int]], line: int, keys: tuple[int, int], at: int,
+                 reach: int | None = None) -> bool:
+    """Does a value with one of `keys` occur at `line` within `reach` (default _REORDER_REACH) records of `at`?"""
+    reach = _REORDER_REACH if reach is None else reach
     for key in keys:
         positions = places.get((line, key), ())
-        k = bisect_left(positions, at - _REORDER_REACH)
-        if k < len(positions) and positions[k] <= at + _REORDER_REACH:
+        k = bisect_left(positions, at - reach)
+        if k < len(positions) and positions[k] <= at + reach:
             return True
     return False
 
