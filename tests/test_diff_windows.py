@@ -107,7 +107,8 @@ def _keys_at_one_line(values: dict[int, int], length: int, lines: dict[int, int]
     for k in range(length):
         value = values.get(k, 0)
         for name, key in (("primary", 1), ("signature", 1), ("value", value), ("fine_value", value), ("named", 0),
-                          ("coarse", value), ("coarse_shifted", value), ("has_value", bool(value)),
+                          ("coarse", value), ("coarse_shifted", value + 1000 if value else 0),
+                          ("has_value", bool(value)),
                           ("source", (lines or {}).get(k, 42)), ("backward", 0)):
             getattr(skeleton, name).append(key)
         skeleton.is_region.append(0)
@@ -142,6 +143,24 @@ def test_a_value_fused_at_another_line_counts_where_the_other_is_an_unpaired_rec
         partner[2], tier[2] = -1, 0
     align_module._unpair_reordered(partner, tier, a, b)
     assert (partner[5] == -1) == left_unpaired
+
+
+@pytest.mark.parametrize(("b_value", "unpaired"), [(11, True), (0, False)])
+def test_a_value_that_is_exactly_an_unpaired_record_of_a_counts_unless_it_is_zeros(b_value: int,
+                                                                                     unpaired: bool) -> None:
+    """A compiled GRU backward (bench/real_programs/gru_unrolled.py on CUDA) makes the last step's weight gradient
+    alone, which eager made first; eager's last one is the first step's, zeros (its hidden state was 0), which B
+    never makes. B's value is exactly an unpaired record of A's near the pair: unpaired. Not where B's value is
+    zeros, which a fault makes too."""
+    a = _keys_at_one_line({2: 11, 5: 7}, 10)
+    b = _keys_at_one_line({5: 11}, 10)
+    if b_value == 0:  # zeros: their two coarse keys are one (skeleton.py `_coarse`)
+        a.value[2] = a.coarse[2] = b.value[5] = b.coarse[5] = 13
+        a.coarse_shifted[2] = b.coarse_shifted[5] = 13
+    partner, tier = array("q", range(10)), bytearray([OP_TIER]) * 10
+    partner[2], tier[2] = -1, 0
+    align_module._unpair_reordered(partner, tier, a, b)
+    assert (partner[5] == -1) == unpaired
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -154,6 +154,12 @@ def test_what_the_same_input_judge_builds_its_backends_and_references_from() -> 
     assert list(inspect.signature(torch._TorchCompileInductorWrapper).parameters)[:3] == ["mode", "options", "dynamic"]
     assert callable(lookup_backend("aot_eager"))
     assert not torch._C._functorch.is_functorch_wrapped_tensor(torch.ones(2))
+    # The judge undoes a transform level a failed re-run left pushed (record/judging/graph.py `_running`).
+    depth = torch._C._functorch.get_dynamic_layer_stack_depth()
+    torch._C._functorch._vmap_increment_nesting(2, "error")
+    assert torch._C._functorch.get_dynamic_layer_stack_depth() == depth + 1
+    torch._C._functorch.pop_dynamic_layer_stack_and_undo_to_depth(depth)
+    assert torch._C._functorch.get_dynamic_layer_stack_depth() == depth
     assert torch.func.vmap(lambda t: torch.tensor(torch._C._functorch.is_functorch_wrapped_tensor(t)))(torch.ones(2)).all()
     seen = []
     loss = (torch.ones(2, requires_grad=True) * 2).sum()

@@ -251,21 +251,29 @@ _REORDER_REACH = 50_000
 # How far a value fused at another line is looked for: fusion reorders within a few dozen ops, and a long
 # drifting stretch holds look-alikes at other lines and at unpaired records within thousands.
 _FUSED_REACH = 100
+# How far a value equal to B's by its value key (its rounded fingerprint) is looked for: one backward of an
+# unrolled loop, a few hundred records.
+_EXACT_REACH = 1_000
 
 
 def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton) -> None:
-    """Unpair pairs made by op or shape whose two values both occur in the other trace near the pair (the same
-    within 0.05%: a compiled run's values differ in their last digits): the same values computed in another
-    order, which monotone pairs cannot follow. Each value is looked for at the pair's line; or, within
-    _FUSED_REACH records, B's value at an unpaired record of A at that line and A's value in B at any line,
-    since a fused kernel of B is placed at one line of the several it computes (a bf16 backward under inductor: the cast of one weight's gradient
-    fused with the RMSNorm backward after it, at the norm's line, while the cast of another weight's gradient,
-    computed first in B and last in A, stands alone at the pair's line).
+    """Unpair pairs made by op or shape whose values are the other trace's computed in another order, which
+    monotone pairs cannot follow. The values are compared by their coarse keys (the same within 0.05%: a
+    compiled run's values differ in their last digits). Such a pair is unpaired where
 
-    DDP lays its gradient buckets out in the order gradients became ready, which differs between an eager and
-    a compiled backward: the views into a bucket and the copies back into `.grad` then come in another order,
-    and pairing them by position compared one parameter's gradient with another's. Unpaired, they are not
-    compared; the ops that read their values (the optimizer's) are."""
+    - both values occur at the pair's line in the other trace near the pair (DDP lays its gradient buckets out in
+      the order gradients became ready, which differs between an eager and a compiled backward: the views into a
+      bucket and the copies back into `.grad` then come in another order, and pairing them by position compared
+      one parameter's gradient with another's);
+    - or, within _FUSED_REACH records, B's value is an unpaired record of A at the line and A's value occurs in B
+      at any line: a fused kernel of B is placed at one line of the several it computes (a bf16 backward under
+      inductor casts one weight's gradient alone at the pair's line, and fuses the cast of another, computed
+      first in A, with the RMSNorm backward at the norm's line);
+    - or, within _EXACT_REACH records, B's value is exactly (by value key) an unpaired record of A at the line,
+      and not zeros: that record is B's counterpart (a compiled GRU backward over 12 steps makes the last step's
+      weight gradient alone, where eager made each step's, the first step's last).
+
+    Unpaired, they are not compared; the ops that read their values (the optimizer's) are."""
     suspects = []
     for weak in _WEAK_TIERS.finditer(tier):
         i = weak.start()
@@ -276,23 +284,33 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
         if line != b.source[j] or a.coarse[i] == b.coarse[j] or a.coarse_shifted[i] == b.coarse_shifted[j]:
             continue  # at other lines, or the pair's own values are about the same
         suspects.append((i, j, line))
-    # A's value must occur near the pair in B, then B's near it in A: each trace is indexed for the values asked.
-    places_b = _value_places(b, {(line, key) for i, _, line in suspects for key in _coarse_keys(a, i)}, any_line=True)
-    found_b = [(i, j, line, _occurs_near(places_b, line, _coarse_keys(a, i), j),
-                _occurs_near(places_b, _ANY_LINE, _coarse_keys(a, i), j, _FUSED_REACH)) for i, j, line in suspects]
-    found_b = [found for found in found_b if found[3] or found[4]]
-    places_a = _value_places(a, {(line, key) for _, j, line, _, _ in found_b for key in _coarse_keys(b, j)})
+    if not suspects:
+        return
+    # Each trace is indexed for the values asked about only.
     unpaired_a = _unpaired_mask(partner)
-    places_unpaired_a = {place: [k for k in positions if unpaired_a[k]] for place, positions in places_a.items()}
-    for i, j, line, at_line_in_b, fused_in_b in found_b:
-        keys_b = _coarse_keys(b, j)
-        if (at_line_in_b and _occurs_near(places_a, line, keys_b, i)) or \
-                (fused_in_b and _occurs_near(places_unpaired_a, line, keys_b, i, _FUSED_REACH)):
+    places_b = _value_places(b, {(line, key) for i, _, line in suspects for key in _coarse_keys(a, i)}, any_line=True)
+    places_a = _value_places(a, {(line, key) for _, j, line in suspects for key in _coarse_keys(b, j)})
+    unpaired_places_a = _only_unpaired(places_a, unpaired_a)
+    exact_places_a = _only_unpaired(_value_places(a, {(line, b.value[j]) for _, j, line in suspects}, exact=True),
+                                    unpaired_a)
+    for i, j, line in suspects:
+        keys_a, keys_b = _coarse_keys(a, i), _coarse_keys(b, j)
+        at_line = _occurs_near(places_b, line, keys_a, j) and _occurs_near(places_a, line, keys_b, i)
+        fused = _occurs_near(unpaired_places_a, line, keys_b, i, _FUSED_REACH) and \
+            _occurs_near(places_b, _ANY_LINE, keys_a, j, _FUSED_REACH)
+        # Not for a value of zeros or non-finite ones (their two coarse keys are one), which a fault makes too.
+        exact = keys_b[0] != keys_b[1] and _occurs_near(exact_places_a, line, (b.value[j],), i, _EXACT_REACH)
+        if at_line or fused or exact:
             partner[i], tier[i] = -1, 0
 
 
 def _coarse_keys(skeleton: Skeleton, k: int) -> tuple[int, int]:
     return skeleton.coarse[k], skeleton.coarse_shifted[k]
+
+
+def _only_unpaired(places: dict[tuple[int, int], list[int]], unpaired: bytes) -> dict[tuple[int, int], list[int]]:
+    """`places` without the positions of paired records (`unpaired`: `_unpaired_mask`)."""
+    return {place: [k for k in positions if unpaired[k]] for place, positions in places.items()}
 
 
 # The tiers of pairs made by op or by shapes (a byte of `tier` each), found at C speed.
@@ -306,29 +324,31 @@ _PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 _ANY_LINE = -1
 
 
-def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]], any_line: bool = False
+def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]], any_line: bool = False, exact: bool = False
                   ) -> dict[tuple[int, int], list[int]]:
-    """(line, coarse value key) -> the positions of the records with that value at that line, ascending; for the
-    `wanted` keys only; with `any_line`, also (_ANY_LINE, key) -> the positions at any line. A diverged stretch
-    makes most of its pairs suspects, at every line: the positions of only the values asked for are kept (a
-    cheap test per record), not those of every record at those lines."""
+    """(line, value key) -> the positions of the records with that value at that line, ascending; for the `wanted`
+    keys only; with `any_line`, also (_ANY_LINE, key) -> the positions at any line. The keys are the coarse ones,
+    or with `exact` the value keys (rounded fingerprints). A diverged stretch makes most of its pairs suspects, at
+    every line: the positions of only the values asked for are kept (a cheap test per record), not those of every
+    record at those lines."""
     places: dict[tuple[int, int], list[int]] = defaultdict(list)
     if not wanted:
         return places
     values = {key for _, key in wanted}
     source, has_value = skeleton.source, skeleton.has_value
-    for k, (coarse, shifted) in enumerate(zip(skeleton.coarse, skeleton.coarse_shifted)):
-        if (coarse in values or shifted in values) and has_value[k]:
+    columns = zip(skeleton.value, skeleton.value) if exact else zip(skeleton.coarse, skeleton.coarse_shifted)
+    for k, (key, other) in enumerate(columns):
+        if (key in values or other in values) and has_value[k]:
             line = source[k]
-            for key in {coarse, shifted} & values:
-                if (line, key) in wanted:
-                    places[line, key].append(k)
+            for found in {key, other} & values:
+                if (line, found) in wanted:
+                    places[line, found].append(k)
                 if any_line:
-                    places[_ANY_LINE, key].append(k)
+                    places[_ANY_LINE, found].append(k)
     return places
 
 
-def _occurs_near(places: dict[tuple[int, int], list[int]], line: int, keys: tuple[int, int], at: int,
+def _occurs_near(places: dict[tuple[int, int], list[int]], line: int, keys: tuple[int, ...], at: int,
                  reach: int | None = None) -> bool:
     """Does a value with one of `keys` occur at `line` within `reach` (default _REORDER_REACH) records of `at`?"""
     reach = _REORDER_REACH if reach is None else reach

@@ -344,13 +344,18 @@ class JudgedGraph:
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:
-        """tracediff's own work: nothing recorded, no recursion into this graph, its time counted."""
+        """tracediff's own work: nothing recorded, no recursion into this graph, its time counted. A re-run that
+        fails inside a torch.func transform's graph can leave a transform's level pushed: it is undone, as dynamo
+        undoes it after a compiled call (torch 2.11 otherwise fails the program's next call with "layer.key() ==
+        TransformType::Grad INTERNAL ASSERT FAILED")."""
         self._active = True
         started = time.perf_counter()
+        depth = torch._C._functorch.get_dynamic_layer_stack_depth()
         try:
             with self.sink.quiet():
                 yield
         finally:
+            torch._C._functorch.pop_dynamic_layer_stack_and_undo_to_depth(depth)
             self._active = False
             self.policy.spend(time.perf_counter() - started)
 
