@@ -253,6 +253,11 @@ class _InputTap(torch.autograd.Function):
         return (None, None, *grads)
 
 
+# torch._C._functorch's calls that open a transform's level in a graph dynamo traced through `torch.func`.
+_TRANSFORM_NESTING = ("_vmap_increment_nesting", "_grad_increment_nesting", "_jvp_increment_nesting",
+                      "_func_increment_nesting")
+
+
 class JudgedGraph:
     """Stands in for one compiled graph: runs it, and judges each call against its references."""
 
@@ -276,6 +281,17 @@ class JudgedGraph:
         self._active = False
 
     @functools.cached_property
+    def runs_a_transform(self) -> str | None:
+        """Why the graph cannot be re-run, if it applies a torch.func transform inside (dynamo traces
+        `vmap(grad(f))` into one graph): re-run outside the transform's own call, it fails in functorch, and on
+        torch 2.11 leaves functorch's layers so that the program's next compiled call fails too."""
+        functorch = torch._C._functorch
+        nesting = {getattr(functorch, name, None) for name in _TRANSFORM_NESTING} - {None}
+        if any(node.op == "call_function" and node.target in nesting for node in self.reference.graph.nodes):
+            return "its graph applies a torch.func transform (vmap, grad) inside"
+        return None
+
+    @functools.cached_property
     def input_names(self) -> list[str]:
         return [input_name(n) for n in self.reference.graph.find_nodes(op="placeholder")]
 
@@ -290,7 +306,7 @@ class JudgedGraph:
         self.site = self.sink.user_line()
         self.root = self.sink.region_root
         inputs = [*args, *self.attributes]  # what the reference reads
-        reason = unjudgeable(inputs)
+        reason = self.runs_a_transform or unjudgeable(inputs)
         if reason is not None:
             self._write_unjudged(call, "fw", reason, where)
             return self.compiled(*args)
