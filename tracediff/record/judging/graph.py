@@ -360,10 +360,10 @@ class JudgedGraph:
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:
-        """tracediff's own work: nothing recorded, no recursion into this graph, its time counted. A re-run that
-        fails inside a torch.func transform's graph can leave a transform's level pushed: it is undone, as dynamo
-        undoes it after a compiled call (torch 2.11 otherwise fails the program's next call with "layer.key() ==
-        TransformType::Grad INTERNAL ASSERT FAILED")."""
+        """tracediff's own work: nothing recorded, no recursion into this graph, its time counted. A transform
+        level a failed re-run left pushed is undone, as dynamo undoes it after a compiled call: the program's next
+        call must find functorch as the program left it (graphs that apply a transform are not re-run at all,
+        `runs_a_transform`)."""
         self._active = True
         started = time.perf_counter()
         depth = torch._C._functorch.get_dynamic_layer_stack_depth()
