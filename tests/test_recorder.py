@@ -67,6 +67,20 @@ def test_op_records_carry_module_source_and_fingerprints(tmp_path: Path) -> None
     assert gelu["in"][0]["id"] == out["id"]  # dataflow: cos feeds gelu
 
 
+def test_ctc_losss_log_alpha_is_scratch_past_the_input_lengths(tmp_path: Path) -> None:
+    """`_ctc_loss` keeps log_alpha for its backward, written only up to each sequence's input length: garbage
+    past it, which eager and compiled runs of a padded batch recorded differently (a false DIVERGED, found by
+    bench/real_programs/ctc_speech.py). It is marked uninitialized; the loss is not."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(20, 2, 5).log_softmax(-1)
+    targets = torch.randint(1, 5, (2, 4))
+    with tracediff.record(tmp_path / "t.jsonl"):
+        torch.nn.functional.ctc_loss(log_probs, targets, torch.tensor([20, 9]), torch.tensor([4, 2]))
+    _, records = read_trace(tmp_path / "t.jsonl")
+    (ctc,) = [r for r in records if r.get("op", "").startswith("aten::_ctc_loss")]
+    assert [bool(t.get("uninit")) for t in ctc["out"]] == [False, True], ctc["out"]
+
+
 def test_source_is_user_code_not_torch(tmp_path: Path) -> None:
     with tracediff.record(tmp_path / "t.jsonl"):
         torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3))  # linear line

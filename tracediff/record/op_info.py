@@ -45,6 +45,10 @@ _SCRATCH_OUTPUTS: dict[str, frozenset[str]] = {
     "aten::_scaled_dot_product_cudnn_attention": frozenset({"6", "7", "8"}),
     "aten::_efficient_attention_forward": frozenset({"2", "3"}),
     "aten::_flash_attention_forward": frozenset({"2", "3", "4"}),
+    # CTC's log_alpha, kept for its backward: allocated empty and written only up to each sequence's input length
+    # (a speech model's padded batch under inductor: eager and compiled recorded different garbage past it).
+    "aten::_ctc_loss": frozenset({"1"}),
+    "aten::_cudnn_ctc_loss": frozenset({"1"}),
 }
 
 # Ops whose result shares its input's storage and version counter but is no view (no `_base`).
