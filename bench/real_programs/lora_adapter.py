@@ -23,7 +23,7 @@ model = nn.Sequential(LoRALinear(nn.Linear(32, 64)), nn.ReLU(), LoRALinear(nn.Li
 compiled = torch.compile(model)
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
 for step in range(3):
-    for micro in range(2):
+    for _micro in range(2):
         x, y = torch.randn(8, 32, device=dev), torch.randint(0, 3, (8,), device=dev)
         (nn.functional.cross_entropy(compiled(x), y) / 2).backward()
     opt.step()
