@@ -7,6 +7,7 @@ from array import array
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -2353,3 +2354,27 @@ def test_a_region_output_no_record_of_either_run_made_differently_names_the_regi
     first = _report(a.close(), b.close())["first_divergence"]
     assert first["rule"] == "no_candidate_made_it"
     assert first["op"].startswith("region exit") and "no op of A without a counterpart" in first["note"]
+
+
+def test_a_kernel_that_fuses_an_op_and_ends_at_its_line_with_another_is_not_paired_with_it_by_shape() -> None:
+    """H200, Mixtral training under inductor: the RMSNorm backward kernel fuses the two terms of the input's
+    gradient (`mul`, `mul`) into their `add`, where eager adds each to the residual's gradient in turn. Paired by
+    shapes with eager's second `mul` (named in the kernel, at its line), its sum differed by 92%: a false
+    DIVERGED. The kernel writes its last op's value there; A's op is only an intermediate of it."""
+    from tracediff.diff.verdict.comparer import Comparer
+    from tracediff.diff.verdict.pairing import comparable_pair, computes_past
+
+    def fused(*ops: tuple[str, str]) -> dict[str, Any]:
+        return {"t": "kernel", "name": "triton_per_fused_add_div_expand_mul_pow_sum_1", "src": "m.py:146",
+                "fuses": [{"op": op, "src": src} for op, src in ops], "in": [], "out": []}
+
+    mul = {"t": "op", "op": "aten::mul.Tensor", "src": "m.py:146", "in": [], "out": []}
+    kernel = fused(("aten::mul.Tensor", "m.py:147"), ("aten::mul.Tensor", "m.py:146"), ("aten::add.Tensor", "m.py:146"))
+    assert computes_past(kernel, mul)
+    assert not comparable_pair(mul, kernel, SHAPE_TIER, Comparer(Config(), None), by_name=False)
+    # Ending with A's op, or fusing it only at another line, or not at all (a decomposed `addmm`'s bias `add`,
+    # named for the `addmm`): the kernel may write A's value, as before.
+    assert not computes_past(fused(("aten::add.Tensor", "m.py:146"), ("aten::mul.Tensor", "m.py:146")), mul)
+    assert not computes_past(fused(("aten::mul.Tensor", "m.py:147"), ("aten::add.Tensor", "m.py:146")), mul)
+    addmm = {"t": "op", "op": "aten::addmm", "src": "m.py:146", "in": [], "out": []}
+    assert not computes_past(fused(("aten::add.Tensor", "m.py:146"),), addmm)
