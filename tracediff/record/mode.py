@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
+from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from tracediff.record.after_import import AfterImport
@@ -378,7 +379,8 @@ class TraceRecorder(TorchDispatchMode):
                     self.held.write_arrived(self.device_fingerprints, while_busy=True, whole_stream=waited)
         except Exception as e:  # noqa: BLE001 - tracediff's own failure: the op runs unrecorded, the program goes on
             self._internal = False
-            self.failed(info.name, e)
+            if not _on_lazy_parameters(tensor_args):  # no data to record, no failure (a LazyLinear's weight)
+                self.failed(info.name, e)
             return func(*args, **kwargs)
         finally:
             self._internal = False
@@ -397,7 +399,8 @@ class TraceRecorder(TorchDispatchMode):
             outputs = describe_outputs(tensors, info, tensor_args, inputs, output_tensors(result), written, same_as)
             self._write_op(info, args, kwargs, inputs, outputs)
         except Exception as e:  # noqa: BLE001 - as above: the op ran, its record is lost
-            self.failed(info.name, e)
+            if not _on_lazy_parameters(tensor_args):
+                self.failed(info.name, e)
         finally:
             self._internal = False
         return result
@@ -544,3 +547,8 @@ class TraceRecorder(TorchDispatchMode):
             self.resizes.__exit__(*exc)
             self.modules.__exit__(*exc)
 
+
+def _on_lazy_parameters(tensor_args: list[Any]) -> bool:
+    """Does the op read a lazy module's parameter before its first forward (`nn.LazyLinear`)? It has no shape or
+    data yet: not an op tracediff failed to record. Asked only when recording one failed."""
+    return any(isinstance(t, UninitializedTensorMixin) for _, t, _, _ in tensor_args)
