@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
-from torch.nn.parameter import UninitializedTensorMixin
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from tracediff.record.after_import import AfterImport
@@ -548,7 +547,10 @@ class TraceRecorder(TorchDispatchMode):
             self.modules.__exit__(*exc)
 
 
+_LAZY = (torch.nn.UninitializedParameter, torch.nn.UninitializedBuffer)
+
+
 def _on_lazy_parameters(tensor_args: list[Any]) -> bool:
     """Does the op read a lazy module's parameter before its first forward (`nn.LazyLinear`)? It has no shape or
     data yet: not an op tracediff failed to record. Asked only when recording one failed."""
-    return any(isinstance(t, UninitializedTensorMixin) for _, t, _, _ in tensor_args)
+    return any(isinstance(t, _LAZY) for _, t, _, _ in tensor_args)
