@@ -47,6 +47,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
+from typing import NamedTuple
 
 from tracediff.diff.sequence import align_sequences
 from tracediff.diff.skeleton import IN_MEMORY_RECORDS, Skeleton
@@ -286,21 +287,22 @@ def _unpair_reordered(partner: array, tier: bytearray, a: Skeleton, b: Skeleton)
         suspects.append((i, j, line))
     if not suspects:
         return
-    # Each trace is indexed for the values asked about only.
-    unpaired_a = _unpaired_mask(partner)
+    # Each trace is indexed for the values asked about only, in one pass: first B, then A for the suspects B leaves.
     places_b = _value_places(b, {(line, key) for i, _, line in suspects for key in _coarse_keys(a, i)}, any_line=True)
-    places_a = _value_places(a, {(line, key) for _, j, line in suspects for key in _coarse_keys(b, j)})
-    unpaired_places_a = _only_unpaired(places_a, unpaired_a)
-    exact_places_a = _only_unpaired(_value_places(a, {(line, b.value[j]) for _, j, line in suspects}, exact=True),
-                                    unpaired_a)
-    for i, j, line in suspects:
-        keys_a, keys_b = _coarse_keys(a, i), _coarse_keys(b, j)
-        at_line = _occurs_near(places_b, line, keys_a, j) and _occurs_near(places_a, line, keys_b, i)
-        fused = _occurs_near(unpaired_places_a, line, keys_b, i, _FUSED_REACH) and \
-            _occurs_near(places_b, _ANY_LINE, keys_a, j, _FUSED_REACH)
-        # Not for a value of zeros or non-finite ones (their two coarse keys are one), which a fault makes too.
-        exact = keys_b[0] != keys_b[1] and _occurs_near(exact_places_a, line, (b.value[j],), i, _EXACT_REACH)
-        if at_line or fused or exact:
+    found = [(i, j, line, _occurs_near(places_b.coarse, line, _coarse_keys(a, i), j),
+              _occurs_near(places_b.coarse, _ANY_LINE, _coarse_keys(a, i), j, _FUSED_REACH)) for i, j, line in suspects]
+    # Not for a value of zeros or non-finite ones (their two coarse keys are one), which a fault makes too.
+    places_a = _value_places(a, {(line, key) for _, j, line, at_line, fused in found if at_line or fused
+                                 for key in _coarse_keys(b, j)},
+                             exact={(line, b.value[j]) for _, j, line, _, _ in found if b.coarse[j] != b.coarse_shifted[j]})
+    unpaired_a = _unpaired_mask(partner)
+    unpaired_coarse_a = _only_unpaired(places_a.coarse, unpaired_a)
+    unpaired_exact_a = _only_unpaired(places_a.exact, unpaired_a)
+    for i, j, line, at_line_in_b, fused_in_b in found:
+        keys_b = _coarse_keys(b, j)
+        if (at_line_in_b and _occurs_near(places_a.coarse, line, keys_b, i)) \
+                or (fused_in_b and _occurs_near(unpaired_coarse_a, line, keys_b, i, _FUSED_REACH)) \
+                or (keys_b[0] != keys_b[1] and _occurs_near(unpaired_exact_a, line, (b.value[j],), i, _EXACT_REACH)):
             partner[i], tier[i] = -1, 0
 
 
@@ -324,27 +326,36 @@ _PAIRED_FROM_UNPAIRED = bytes(1 if k == 0 else 0 for k in range(256))
 _ANY_LINE = -1
 
 
-def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]], any_line: bool = False, exact: bool = False
-                  ) -> dict[tuple[int, int], list[int]]:
-    """(line, value key) -> the positions of the records with that value at that line, ascending; for the `wanted`
-    keys only; with `any_line`, also (_ANY_LINE, key) -> the positions at any line. The keys are the coarse ones,
-    or with `exact` the value keys (rounded fingerprints). A diverged stretch makes most of its pairs suspects, at
-    every line: the positions of only the values asked for are kept (a cheap test per record), not those of every
-    record at those lines."""
-    places: dict[tuple[int, int], list[int]] = defaultdict(list)
-    if not wanted:
+class _Places(NamedTuple):
+    """(line, key) -> the positions of the records with that value at that line, ascending."""
+
+    coarse: dict[tuple[int, int], list[int]]  # by coarse key (and at _ANY_LINE, where asked)
+    exact: dict[tuple[int, int], list[int]]  # by value key (the rounded fingerprint)
+
+
+def _value_places(skeleton: Skeleton, wanted: set[tuple[int, int]], any_line: bool = False,
+                  exact: set[tuple[int, int]] | None = None) -> _Places:
+    """The places of the `wanted` (line, coarse key)s, with `any_line` also at _ANY_LINE whatever their line, and
+    of the `exact` (line, value key)s. A diverged stretch makes most of its pairs suspects, at every line: the
+    positions of only the values asked for are kept (a cheap test per record), not those of every record at
+    those lines."""
+    places = _Places(defaultdict(list), defaultdict(list))
+    exact = exact or set()
+    if not wanted and not exact:
         return places
-    values = {key for _, key in wanted}
+    values, exact_values = {key for _, key in wanted}, {key for _, key in exact}
     source, has_value = skeleton.source, skeleton.has_value
-    columns = zip(skeleton.value, skeleton.value) if exact else zip(skeleton.coarse, skeleton.coarse_shifted)
-    for k, (key, other) in enumerate(columns):
-        if (key in values or other in values) and has_value[k]:
+    for k, (coarse, shifted, value) in enumerate(zip(skeleton.coarse, skeleton.coarse_shifted, skeleton.value)):
+        if (coarse in values or shifted in values or value in exact_values) and has_value[k]:
             line = source[k]
-            for found in {key, other} & values:
-                if (line, found) in wanted:
-                    places[line, found].append(k)
-                if any_line:
-                    places[_ANY_LINE, found].append(k)
+            for key in (coarse, shifted) if shifted != coarse else (coarse,):
+                if key in values:
+                    if (line, key) in wanted:
+                        places.coarse[line, key].append(k)
+                    if any_line:
+                        places.coarse[_ANY_LINE, key].append(k)
+            if (line, value) in exact:
+                places.exact[line, value].append(k)
     return places
 
 
