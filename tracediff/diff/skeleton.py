@@ -54,7 +54,7 @@ def alignable(record: TraceRecord) -> bool:
 
 
 def _signature(tensors: list[Tensor]) -> tuple:
-    return tuple((t["dt"], tuple(t["sh"])) for t in tensors)
+    return tuple([(t["dt"], tuple(t["sh"])) for t in tensors])  # a list first: faster than a generator
 
 
 def _round(x: float) -> float:
@@ -90,16 +90,16 @@ def kernel_origin(name: str) -> str | None:
     return fused.rstrip("0123456789").rstrip("_") or None
 
 
-def _named_key(record: TraceRecord, signature: tuple) -> int:
+def _named_key(kind: str, name: str, src: str | None, signature: tuple) -> int:
     """A key pairing an op with a kernel named for it, at the same source line and first output's
     shape (eager `addmm` and the kernel adding its bias after an extern `mm`); 0 where there is none.
     The first output only: a kernel writes one of a multi-output op's values (a `native_layer_norm`
-    decomposed into kernels writes its normalized output apart from its mean and rstd)."""
-    src = record.get("src")
+    decomposed into kernels writes its normalized output apart from its mean and rstd). `name`: a kernel's
+    name, or an op's."""
     if not src:
         return 0
-    name = kernel_origin(str(record.get("name", ""))) if record["t"] == KERNEL else short(record["op"])
-    return hash(("named", src, name, signature[:1])) if name else 0
+    named = kernel_origin(name) if kind == KERNEL else short(name)
+    return hash(("named", src, named, signature[:1])) if named else 0
 
 
 class RecordKeys(NamedTuple):
@@ -118,32 +118,106 @@ class RecordKeys(NamedTuple):
     op_line: int  # `op_line_key`
 
 
-def keys_of(record: TraceRecord) -> RecordKeys:
-    """The keys of one alignable record, in one pass over it (pass 1 computes them for every record of a trace).
-    A region's keys are its identity (named and coarse: 0)."""
-    kind = record["t"]
-    op = chain_op(record)
+class _StructureKeys(NamedTuple):
+    """The keys of a record that depend on its kind, op (or kernel), line and output shapes, not its values."""
+
+    primary: int
+    signature: int
+    named: int
+    op_line: int
+
+
+def _structure_keys(kind: str, op: str | None, name: str, src: str | None, signature: tuple) -> _StructureKeys:
+    """`op`: the op the record computes (`chain_op`); `name`: a kernel's name, or the op."""
     base = base_op(op) if op else None
-    op_line = _op_line(base, record.get("src"))
-    if kind == REGION:
-        identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
-        return RecordKeys(identity, identity, identity, identity, 0, 0, 0, op_line)
-    outs = record.get("out") or []
-    signature = _signature(outs)
     # A kernel is keyed like the last op of its fused chain, whose value it writes.
-    primary = hash((OP, base if op else base_op(record.get("name", "")), signature))
-    value = fine = None
-    coarse = shifted = 0
-    for t in outs:
+    primary = hash((OP, base if op else base_op(name), signature))
+    return _StructureKeys(primary, hash(("sig", signature)), _named_key(kind, name, src, signature), _op_line(base, src))
+
+
+def _value_keys(outs: list[Tensor], signature: tuple) -> tuple[int | None, int | None, int, int]:
+    """(value, fine_value, coarse, coarse_shifted) of the first output with a value (see RecordKeys)."""
+    for t, dtype_and_shape in zip(outs, signature):
         fp = t.get("fp")
         if fp and not t.get("uninit") and fp.get("n"):
-            dtype_and_shape = (t["dt"], tuple(t["sh"]))
             content = (*dtype_and_shape, _stable_sum(fp), _round(fp["l1"]), fp["nan"], fp["inf"])
-            value, fine = hash(content), hash((*content, _round(fp.get("max", 0.0)), _sketch_signs(fp)))
             coarse, shifted = _coarse(dtype_and_shape, fp.get("l1") or 0.0)
-            break
-    return RecordKeys(primary, hash(("sig", signature)), value, fine, _named_key(record, signature), coarse, shifted,
-                      op_line)
+            return hash(content), hash((*content, _round(fp.get("max", 0.0)), _sketch_signs(fp))), coarse, shifted
+    return None, None, 0, 0
+
+
+def _region_keys(record: TraceRecord) -> RecordKeys:
+    """A region's keys are its identity (named and coarse: 0)."""
+    identity = hash(("region", record["ev"], record["name"], record["r"], record["call"]))
+    return RecordKeys(identity, identity, identity, identity, 0, 0, 0, op_line_key(record))
+
+
+def keys_of(record: TraceRecord) -> RecordKeys:
+    """The keys of one alignable record (pass 1 computes them for every record of a trace, through `_TraceKeys`,
+    which gives the same ones)."""
+    kind = record["t"]
+    if kind == REGION:
+        return _region_keys(record)
+    outs = record.get("out") or []
+    signature = _signature(outs)
+    name = str(record.get("name", "")) if kind == KERNEL else record["op"]
+    structure = _structure_keys(kind, chain_op(record), name, record.get("src"), signature)
+    value, fine, coarse, shifted = _value_keys(outs, signature)
+    return RecordKeys(structure.primary, structure.signature, value, fine, structure.named, coarse, shifted,
+                      structure.op_line)
+
+
+class _TraceKeys:
+    """`keys_of` for the records of one trace, in pass 1. A trace repeats its ops step after step, so the keys
+    that depend on a record's op, line and output shapes (`_StructureKeys`) are remembered by those, and only
+    the value keys are worked out anew; so is whether an op moves values (`alignable`)."""
+
+    # Distinct (kind, op, kernel name, line, output shapes) remembered: a trace's ops repeat, but a run of
+    # dynamic shapes may make new ones without end.
+    _REMEMBERED = 1 << 16
+
+    def __init__(self) -> None:
+        self._structures: dict[tuple, _StructureKeys] = {}
+        self._ops: dict[str, tuple[bool, bool]] = {}  # op -> (moves values: `alignable`, `is_collective`)
+
+    def alignable(self, record: TraceRecord) -> bool:
+        """`alignable(record)`, an op's answer remembered."""
+        kind = record["t"]
+        if kind == OP:
+            return self._op(record["op"])[0]
+        return kind in (REGION, KERNEL)
+
+    def is_collective(self, record: TraceRecord) -> bool:
+        return record["t"] == OP and self._op(record["op"])[1]
+
+    def _op(self, op: str) -> tuple[bool, bool]:
+        facts = self._ops.get(op)
+        if facts is None:
+            facts = self._ops[op] = (base_op(op) not in NO_VALUE_OPS, is_collective(op))
+        return facts
+
+    def keys(self, record: TraceRecord) -> RecordKeys:
+        kind = record["t"]
+        if kind == REGION:
+            return _region_keys(record)
+        outs = record.get("out") or []
+        signature = _signature(outs)
+        src = record.get("src")
+        if kind == KERNEL:
+            name = str(record.get("name", ""))
+            op = chain_op(record)
+            remembered: tuple = (kind, op, name, src, signature)
+        else:
+            op = name = record["op"]
+            remembered = (kind, op, src, signature)
+        structure = self._structures.get(remembered)
+        if structure is None:
+            if len(self._structures) >= self._REMEMBERED:
+                self._structures.clear()
+            structure = self._structures[remembered] = _structure_keys(kind, op, name, src, signature)
+        value, fine, coarse, shifted = _value_keys(outs, signature)
+        return RecordKeys(structure.primary, structure.signature, value, fine, structure.named, coarse, shifted,
+                          structure.op_line)
 
 
 # Alignable records whose keys stay in memory; past them a skeleton built with a spill folder writes its
@@ -261,25 +335,36 @@ class _CollectiveKeys:
         return hash(("collective", kind, self._seen[kind]))
 
 
+def _has_nonfinite_output(record: TraceRecord) -> bool:
+    """Has an output NaN or Inf? Only then can the record be a NaN origin (`makes_nonfinite`, which asks more)."""
+    for t in record.get("out") or ():
+        fp = t.get("fp")
+        if fp and (fp.get("nan") or fp.get("inf")):
+            return True
+    return False
+
+
 def build_skeleton(path: str | Path, spill: Path | None = None) -> Skeleton:
     """Pass 1 over one trace. With `spill`, a folder of its own: past IN_MEMORY_RECORDS alignable records,
     the key columns go to files there (see `Skeleton.window`)."""
     trace = Trace(path)
     skeleton = Skeleton(Path(path), trace.header)
     collectives = _CollectiveKeys()
+    trace_keys = _TraceKeys()
     for record in trace:
-        if record["t"] == OP:
+        kind = record["t"]
+        if kind == OP:
             skeleton.ops += 1
-        elif record["t"] == REGION:
+        elif kind == REGION:
             skeleton.regions += 1
-        if skeleton.nan_origin is None and makes_nonfinite(record):
+        if skeleton.nan_origin is None and _has_nonfinite_output(record) and makes_nonfinite(record):
             skeleton.nan_origin = NanOrigin.of(record)
-        if not alignable(record):
+        if not trace_keys.alignable(record):
             continue
-        skeleton.is_region.append(record["t"] == REGION)
-        keys = keys_of(record)
+        skeleton.is_region.append(kind == REGION)
+        keys = trace_keys.keys(record)
         value, fine = keys.value, keys.fine_value
-        if record["t"] == OP and is_collective(record["op"]):
+        if trace_keys.is_collective(record):
             value = fine = collectives.key(record)
         src = record.get("src")
         skeleton.primary.append(keys.primary)
