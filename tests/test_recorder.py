@@ -237,6 +237,48 @@ def test_storage_regrown_outside_the_dispatcher_reads_as_garbage_until_written(t
     assert read_after["in"][0]["fp"]["sum"] == 12.0
 
 
+def test_empty_filled_a_slice_at_a_time_reads_as_garbage_until_every_slice_is_written(tmp_path: Path) -> None:
+    """CPU's `affine_grid` writes each channel of an `empty` base grid through a `select`, and selects the next
+    channel from the whole base in between: that read sees the allocator's leftovers in the channels not yet
+    written (issue 13: a false DIVERGED under aot_eager, trace-only). Each write's own value is still compared."""
+    with tracediff.record(tmp_path / "t.jsonl"):
+        grid = torch.empty(2, 3)
+        for channel in range(3):
+            grid.select(1, channel).copy_(torch.full((2,), float(channel)))
+        grid.sum()
+        whole = torch.empty(4)
+        whole.copy_(torch.ones(4))  # written whole by one op: the program's value at once
+        whole.mul(2)
+    ops = [r for r in _ops(tmp_path / "t.jsonl") if r["op"] not in ("aten::full", "aten::ones")]
+    selects = [r for r in ops if r["op"] == "aten::select.int"]
+    copies = [r for r in ops if r["op"] == "aten::copy_"]
+    # The first select reads the `empty`'s own value (the diff follows it from there); the later ones, channels
+    # written and channels not yet.
+    assert [bool(s["in"][0].get("uninit") and s["out"][0].get("uninit")) for s in selects] == [False, True, True]
+    assert [bool(c["out"][0].get("uninit")) for c in copies] == [False] * 4  # what each write wrote is compared
+    total = next(r for r in ops if r["op"] == "aten::sum")
+    assert not total["in"][0].get("uninit") and total["out"][0]["fp"]["sum"] == 6.0  # every channel written
+    doubled = next(r for r in ops if r["op"] == "aten::mul.Tensor" or r["op"] == "aten::mul.Scalar")
+    assert not doubled["in"][0].get("uninit") and doubled["in"][0]["fp"]["sum"] == 4.0
+
+
+def test_an_empty_never_written_whole_is_forgotten_with_its_tensor() -> None:
+    """A storage is remembered by its address, which a later allocation may take once it is freed: the entry
+    must go with the `empty` tensor, or a new tensor there would read as garbage."""
+    from tracediff.record.storage_resizes import StorageResizes
+
+    with StorageResizes() as resizes:
+        scratch = torch.empty(64)
+        resizes.unwritten(scratch)
+        assert resizes.read(scratch) is None  # not written at all: the `empty`'s own value, followed by the diff
+        resizes.written(scratch[:8])
+        resizes.written(scratch[:8])  # the same view again: still 56 elements to write
+        assert resizes.read(scratch) is True  # partly written: garbage
+        del scratch
+        gc.collect()
+        assert not resizes.pending
+
+
 def test_rnn_workspace_is_marked_uninitialized_but_its_results_are_not(tmp_path: Path) -> None:
     # A CPU LSTM in training returns a uint8 workspace for its backward, partly
     # never written: its bytes differ run to run, so comparing it is a false alarm.

@@ -27,9 +27,6 @@ KNOWN = {
     ("nested_encoder", "trace-only"): (
         "diverged", "eager's nested-tensor fast path leaves the padded rows 0, compiled code computes them: the "
         "outputs differ there (aten::to_padded_tensor), while each compiled call is right on its own inputs"),
-    ("spatial_transformer", "trace-only"): (
-        "diverged", "under aot_eager: eager's affine_grid fills an empty base slice by slice and a select reads the "
-        "whole base first, so the traces compare leftover memory the program never reads (BENCHMARKS.md, issue 13)"),
     ("ema_distill", "trace-only"): (
         "diverged", "the teacher starts equal to the student, so the loss is 0 and the gradients are rounding "
         "noise that AdamW's first step scales to lr; without the judge the traces cannot tell that from a fault"),

@@ -47,6 +47,9 @@ def describe_outputs(tensors: TensorDescriber, info: OpInfo, tensor_args: list[T
         for out in outputs:
             if info.uninitialized or out["a"] in info.scratch_outputs:
                 out["uninit"] = True
+    if info.uninitialized:
+        for _, t in returned:
+            tensors.unwritten(t)  # garbage until written whole, however many ops that takes
     return outputs
 
 

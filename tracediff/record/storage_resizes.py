@@ -1,4 +1,4 @@
-"""Storage a program re-allocates outside the dispatcher: garbage until an op writes it.
+"""Storage a program re-allocates outside the dispatcher, or fills a part at a time: garbage until ops write it.
 
 FSDP2 frees an unsharded parameter between uses with `untyped_storage().resize_(0)`
 and re-allocates it with `resize_(n)` before the next all-gather copies into it.
@@ -8,14 +8,43 @@ taken for the value last written, and its garbage compared between runs. While
 active, `StorageResizes` wraps `torch.UntypedStorage.resize_` and remembers every
 storage that grew; the recorder reads such a storage as uninitialized memory, a new
 value, until an op writes it.
+
+`empty` makes garbage too, which its output's `uninit` marks; but a program may fill it a slice at a time
+(CPU's `affine_grid` writes each channel of an `empty` base grid through a `select`), and a read of the whole
+base in between reads the allocator's leftovers in the channels not written yet, which differ between runs
+and mean nothing. So an `empty` storage (`unwritten`) once partly written is read as garbage too, until
+writes through its views have covered all its bytes; unlike a regrown one, it is no new value the version
+counter missed.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+
+class _PartlyWritten:
+    """An `empty` storage's bytes not yet written, counted by the views written (each once: an in-place op's
+    output is its input, seen twice)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.unwritten = nbytes
+        self._views: set[tuple] = set()
+
+    @property
+    def started(self) -> bool:
+        return bool(self._views)
+
+    def write(self, t: torch.Tensor) -> bool:
+        """`t`, a view of the storage, was written: True once every byte has been."""
+        view = (t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
+        if view not in self._views:
+            self._views.add(view)
+            self.unwritten -= t.numel() * t.element_size()
+        return self.unwritten <= 0
 
 
 class StorageResizes:
@@ -25,9 +54,10 @@ class StorageResizes:
         # Called before every resize: work queued on the old memory must be launched before it is freed.
         self._before_resize = before_resize
         # Storages that grew, by their StorageImpl's address (shared by every view and Python wrapper of
-        # it): whether the recorder has counted the new value yet. Empty (`pending` False) almost always: the
-        # recorder tests the dict itself per tensor; it is never replaced, only changed.
-        self.grown: dict[int, bool] = {}
+        # it): whether the recorder has counted the new value yet; and `empty` storages partly written (`unwritten`).
+        # Empty (`pending` False) almost always: the recorder tests the dict itself per tensor; it is never
+        # replaced, only changed.
+        self.grown: dict[int, bool | _PartlyWritten] = {}
         self._original: Any = None
         self._owned_attribute = False  # the class had no `resize_` of its own: delete ours on exit
 
@@ -64,21 +94,45 @@ class StorageResizes:
         """Whether any storage is garbage now: the recorder's fast path asks only this."""
         return bool(self.grown)
 
+    def unwritten(self, t: torch.Tensor) -> None:
+        """`t` is an `empty` op's output: read its storage as garbage until writes have covered it, or `t` dies (its
+        storage may outlive it in a view, but must not outlive the entry: the address would be used again)."""
+        key = _storage_key(t)
+        if key is None or self._original is None:
+            return
+        nbytes = t.untyped_storage().nbytes()
+        if nbytes:
+            grown = self.grown
+            grown[key] = _PartlyWritten(nbytes)
+            weakref.finalize(t, lambda: grown.pop(key, None))
+
     def read(self, t: torch.Tensor) -> bool | None:
         """For a tensor about to be read: None when its storage holds what ops wrote; else whether this is the
-        first read since the storage grew (False) or a later one (True), so the recorder counts one new value."""
+        first read since the storage grew (False) or a later one, or of an `empty` storage partly written (True), so
+        the recorder counts one new value for a regrown storage."""
         key = _storage_key(t)
-        if key is None or key not in self.grown:
+        if key is None:
             return None
-        counted = self.grown[key]
+        state = self.grown.get(key)
+        if state is None:
+            return None
+        if isinstance(state, _PartlyWritten):
+            # Not yet written at all: the `empty` op's output, marked so, and the diff follows that value (garbage an
+            # op computes with is a nondeterminism whose cause is the `empty`). Partly written: what is read mixes
+            # values with leftovers.
+            return True if state.started else None
         self.grown[key] = True
-        return counted
+        return state
 
     def written(self, t: torch.Tensor) -> None:
-        """An op wrote `t`: its storage holds the program's values again."""
+        """An op wrote `t`: a regrown storage holds the program's values again; an `empty` one, once every byte
+        has been written."""
         key = _storage_key(t)
-        if key is not None:
-            self.grown.pop(key, None)
+        if key is None:
+            return
+        state = self.grown.get(key)
+        if state is not None and (not isinstance(state, _PartlyWritten) or state.write(t)):
+            del self.grown[key]
 
 
 def _storage_key(t: torch.Tensor) -> int | None:

@@ -130,6 +130,10 @@ class TensorDescriber:
             described["uninit"] = True
         return described
 
+    def unwritten(self, t: torch.Tensor) -> None:
+        """`t` is `empty`'s memory: read its storage as garbage until ops have written all of it."""
+        self._resizes.unwritten(t)
+
     def _reads_regrown_storage(self, t: torch.Tensor, storage: list, writes: bool) -> bool:
         """Whether `t` is read from a storage re-allocated outside the dispatcher (FSDP2's `resize_`) and not
         written since: garbage, and on its first read a new value the version counter never saw (counted on
