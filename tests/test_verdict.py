@@ -2356,6 +2356,38 @@ def test_a_region_output_no_record_of_either_run_made_differently_names_the_regi
     assert first["op"].startswith("region exit") and "no op of A without a counterpart" in first["note"]
 
 
+def test_a_kernel_that_only_broadcasts_an_input_is_not_paired_by_shape_with_the_op_it_is_named_for() -> None:
+    """H200, Hugging Face Llama with gradient checkpointing, trace-only: the kernel broadcasting the causal mask
+    over the heads for the attention backward is named for the backward's `mul` and `transpose`; paired by
+    shapes with eager's `transpose` of the scaled gradient at that line, its -inf made a false DIVERGED ("NaN/Inf
+    counts differ"). A kernel whose outputs are copies of an input computes nothing its name could describe."""
+    from tracediff.diff.verdict.comparer import Comparer
+    from tracediff.diff.verdict.pairing import comparable_pair, only_copies_an_input
+
+    ids = iter(range(100))
+
+    def tensor(arg: str, value: torch.Tensor) -> dict[str, Any]:
+        finite = torch.where(value.isfinite(), value, torch.zeros(()))
+        return {"a": arg, "id": next(ids), "v": 0, "dt": "float32", "sh": list(value.shape),
+                "fp": {"sum": float(finite.sum()), "l1": float(finite.abs().sum()), "l2": float(finite.norm()),
+                       "max": float(finite.abs().max()), "nan": int(value.isnan().sum()),
+                       "inf": int(value.isinf().sum()), "n": value.numel()}}
+
+    mask = torch.zeros(2, 1, 4, 4).masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf"))
+    name = "triton_poi_fused__unsafe_view_mul_transpose_unsqueeze_view_28"
+    broadcast = {"t": "kernel", "name": name, "src": "sdpa.py:158", "fuses": [{"op": "aten::expand", "src": "sdpa.py:158"}],
+                 "in": [tensor("in_ptr0", mask)], "out": [tensor("out_ptr0", mask.expand(2, 4, 4, 4).clone())]}
+    gradient = torch.randn(2, 4, 4, 4)
+    transpose = {"t": "op", "op": "aten::transpose.int", "src": "sdpa.py:158", "in": [tensor("self", gradient)],
+                 "out": [tensor("0", gradient.transpose(-1, -2))]}
+    assert only_copies_an_input(broadcast)
+    assert not comparable_pair(transpose, broadcast, SHAPE_TIER, Comparer(Config(), None), by_name=False)
+    # The same kernel computing something of its input (scaling it) is paired as before.
+    scaled = dict(broadcast, **{"in": [tensor("in_ptr0", gradient * 3)], "out": [tensor("out_ptr0", gradient * 1.5)]})
+    assert not only_copies_an_input(scaled)
+    assert comparable_pair(transpose, scaled, SHAPE_TIER, Comparer(Config(), None), by_name=False)
+
+
 def test_a_kernel_that_fuses_an_op_and_ends_at_its_line_with_another_is_not_paired_with_it_by_shape() -> None:
     """H200, Mixtral training under inductor: the RMSNorm backward kernel fuses the two terms of the input's
     gradient (`mul`, `mul`) into their `add`, where eager adds each to the residual's gradient in turn. Paired by

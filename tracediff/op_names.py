@@ -7,6 +7,7 @@ A trace names an op as torch's `OpOverload.name()` does: `aten::cos` (the defaul
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 # Ops whose outputs are uninitialized memory: their values differ run to run by
@@ -46,6 +47,13 @@ def packet(op: str) -> str:
 
 def base_op(op: str) -> str:
     """`aten::addmm.out` -> `aten::addmm`; `aten::add_.Tensor` -> `aten::add` (the functional form)."""
+    return _base_op(op)
+
+
+# A diff asks `base_op` of every record several times (pass 1, the walk), of a trace's few hundred op names and
+# its kernels' names: remembered, it is a dict lookup.
+@functools.lru_cache(maxsize=1 << 14)
+def _base_op(op: str) -> str:
     base = packet(op)
     return base[:-1] if base.endswith("_") and not base.endswith("__") else base
 

@@ -44,6 +44,41 @@ def computes_past(kernel: TraceRecord, ra: TraceRecord) -> bool:
         base_op(f["op"]) == op for f in fuses[:-1] if f.get("src") == ra.get("src"))
 
 
+# How close (relative) a kernel's output statistics must come to k times an input's to be k copies of it: the
+# copies are summed in another order, so their statistics differ by rounding alone.
+_COPY_RTOL = 1e-5
+
+
+def only_copies_an_input(kernel: TraceRecord) -> bool:
+    """Is every output of the kernel an input of it, copied or broadcast k times (an `expand` + `clone` of a
+    mask)? Its order-free statistics say so: k times the elements, the sum, the L1 and the NaN and Inf counts,
+    the same largest magnitude. Such a kernel computes nothing, so its name says nothing of its value: H200,
+    Hugging Face Llama with gradient checkpointing, the kernel broadcasting the causal mask over the heads for
+    the attention backward is named for the `mul` and `transpose` of the backward it feeds; paired by shapes with
+    eager's `transpose` of the scaled gradient there, its -inf were a false "NaN/Inf counts differ"."""
+    ins = [t for t in kernel.get("in") or () if t.get("fp") and not t.get("uninit")]
+    outs = [t for t in kernel.get("out") or () if t.get("fp") and not t.get("uninit")]
+    return bool(ins) and bool(outs) and all(any(_copies(o, i) for i in ins) for o in outs)
+
+
+def _copies(out: Tensor, source: Tensor) -> bool:
+    """Does `out` hold k copies of `source`'s elements (k >= 1), by their order-free statistics?"""
+    fo, fi = out.get("fp"), source.get("fp")
+    if not fo or not fi or out.get("dt") != source.get("dt"):
+        return False
+    n_out, n_in = int(fo.get("n") or 0), int(fi.get("n") or 0)
+    if not n_in or n_out % n_in:
+        return False
+    k = n_out // n_in
+
+    def close(stat: str) -> bool:
+        x, y = fo.get(stat), fi.get(stat)
+        return isinstance(x, float | int) and isinstance(y, float | int) and abs(x - k * y) <= _COPY_RTOL * abs(k * y)
+
+    return (fo.get("nan") == k * int(fi.get("nan") or 0) and fo.get("inf") == k * int(fi.get("inf") or 0)
+            and close("l1") and close("sum") and fo.get("max") == fi.get("max"))
+
+
 def same_op(ra: TraceRecord, rb: TraceRecord) -> bool:
     """Do the two records compute the same op (a kernel: the last op it fuses)?"""
     if ra["t"] == REGION or rb["t"] == REGION:
@@ -79,7 +114,8 @@ def comparable_pair(ra: TraceRecord, rb: TraceRecord, tier: int, comparer: Compa
         return False  # the same op on other arguments, or on inputs of other shapes: other quantities
     if tier == SHAPE_TIER and not same_op(ra, rb):
         if rb["t"] == KERNEL:
-            return kernel_named_for(rb, ra) and not computes_past(rb, ra) and not comparer.reads_the_output_of(rb, ra)
+            return (kernel_named_for(rb, ra) and not computes_past(rb, ra) and not only_copies_an_input(rb)
+                    and not comparer.reads_the_output_of(rb, ra))
         substituted, compared_inputs = comparer.diffs("input", ra.get("in", []), rb.get("in", []), ra, by_name)
         return bool(compared_inputs) and not substituted
     return True
