@@ -153,24 +153,14 @@ def _region_keys(record: TraceRecord) -> RecordKeys:
 
 
 def keys_of(record: TraceRecord) -> RecordKeys:
-    """The keys of one alignable record (pass 1 computes them for every record of a trace, through `_TraceKeys`,
-    which gives the same ones)."""
-    kind = record["t"]
-    if kind == REGION:
-        return _region_keys(record)
-    outs = record.get("out") or []
-    signature = _signature(outs)
-    name = str(record.get("name", "")) if kind == KERNEL else record["op"]
-    structure = _structure_keys(kind, chain_op(record), name, record.get("src"), signature)
-    value, fine, coarse, shifted = _value_keys(outs, signature)
-    return RecordKeys(structure.primary, structure.signature, value, fine, structure.named, coarse, shifted,
-                      structure.op_line)
+    """The keys of one alignable record (pass 1 keys a whole trace with one `_TraceKeys`, which remembers)."""
+    return _TraceKeys().keys(record)
 
 
 class _TraceKeys:
-    """`keys_of` for the records of one trace, in pass 1. A trace repeats its ops step after step, so the keys
-    that depend on a record's op, line and output shapes (`_StructureKeys`) are remembered by those, and only
-    the value keys are worked out anew; so is whether an op moves values (`alignable`)."""
+    """The keys of the records of one trace (`keys`), in pass 1. A trace repeats its ops step after step, so the
+    keys that depend on a record's op, line and output shapes (`_StructureKeys`) are remembered by those, and
+    only the value keys are worked out anew; so is whether an op moves values (`alignable`)."""
 
     # Distinct (kind, op, kernel name, line, output shapes) remembered: a trace's ops repeat, but a run of
     # dynamic shapes may make new ones without end.
