@@ -258,7 +258,7 @@ def test_empty_filled_a_slice_at_a_time_reads_as_garbage_until_every_slice_is_wr
     assert [bool(c["out"][0].get("uninit")) for c in copies] == [False] * 4  # what each write wrote is compared
     total = next(r for r in ops if r["op"] == "aten::sum")
     assert not total["in"][0].get("uninit") and total["out"][0]["fp"]["sum"] == 6.0  # every channel written
-    doubled = next(r for r in ops if r["op"] == "aten::mul.Tensor" or r["op"] == "aten::mul.Scalar")
+    doubled = next(r for r in ops if r["op"] in ("aten::mul.Tensor", "aten::mul.Scalar"))
     assert not doubled["in"][0].get("uninit") and doubled["in"][0]["fp"]["sum"] == 4.0
 
 
