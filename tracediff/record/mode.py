@@ -388,7 +388,7 @@ class TraceRecorder(TorchDispatchMode):
 
         self._internal = True
         try:
-            if written and self.resizes.pending:
+            if written and self.resizes.watching_writes:
                 for _, t, is_written, _ in tensor_args:
                     if is_written:
                         self.resizes.written(t)

@@ -34,10 +34,6 @@ class _PartlyWritten:
         self.unwritten = nbytes
         self._views: set[tuple] = set()
 
-    @property
-    def started(self) -> bool:
-        return bool(self._views)
-
     def write(self, t: torch.Tensor) -> bool:
         """`t`, a view of the storage, was written: True once every byte has been."""
         view = (t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
@@ -58,6 +54,10 @@ class StorageResizes:
         # Empty (`pending` False) almost always: the recorder tests the dict itself per tensor; it is never
         # replaced, only changed.
         self.grown: dict[int, bool | _PartlyWritten] = {}
+        # `empty` storages not written at all, by address: their size. Not garbage to read yet (the `empty`'s own
+        # value, which the diff follows), so kept out of `grown`, which the recorder tests on every read; only
+        # writes look here, and the first partial one moves the storage to `grown`.
+        self.fresh: dict[int, int] = {}
         self._original: Any = None
         self._owned_attribute = False  # the class had no `resize_` of its own: delete ours on exit
 
@@ -88,11 +88,17 @@ class StorageResizes:
             torch.UntypedStorage.resize_ = self._original  # type: ignore[method-assign]
         self._original = None
         self.grown.clear()
+        self.fresh.clear()
 
     @property
     def pending(self) -> bool:
         """Whether any storage is garbage now: the recorder's fast path asks only this."""
         return bool(self.grown)
+
+    @property
+    def watching_writes(self) -> bool:
+        """Whether a write may change what is garbage (`written`): a storage is garbage or `empty`'s, unwritten."""
+        return bool(self.grown) or bool(self.fresh)
 
     def unwritten(self, t: torch.Tensor) -> None:
         """`t` is an `empty` op's output: read its storage as garbage until writes have covered it, or `t` dies (its
@@ -102,9 +108,9 @@ class StorageResizes:
             return
         nbytes = t.untyped_storage().nbytes()
         if nbytes:
-            grown = self.grown
-            grown[key] = _PartlyWritten(nbytes)
-            weakref.finalize(t, lambda: grown.pop(key, None))
+            grown, fresh = self.grown, self.fresh
+            fresh[key] = nbytes
+            weakref.finalize(t, lambda: (grown.pop(key, None), fresh.pop(key, None)))
 
     def read(self, t: torch.Tensor) -> bool | None:
         """For a tensor about to be read: None when its storage holds what ops wrote; else whether this is the
@@ -117,10 +123,7 @@ class StorageResizes:
         if state is None:
             return None
         if isinstance(state, _PartlyWritten):
-            # Not yet written at all: the `empty` op's output, marked so, and the diff follows that value (garbage an
-            # op computes with is a nondeterminism whose cause is the `empty`). Partly written: what is read mixes
-            # values with leftovers.
-            return True if state.started else None
+            return True  # what is read mixes values with leftovers
         self.grown[key] = True
         return state
 
@@ -129,6 +132,12 @@ class StorageResizes:
         has been written."""
         key = _storage_key(t)
         if key is None:
+            return
+        nbytes = self.fresh.pop(key, None)
+        if nbytes is not None:
+            first = _PartlyWritten(nbytes)
+            if not first.write(t):
+                self.grown[key] = first
             return
         state = self.grown.get(key)
         if state is not None and (not isinstance(state, _PartlyWritten) or state.write(t)):

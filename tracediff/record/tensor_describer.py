@@ -46,6 +46,7 @@ class TensorDescriber:
         self._fingerprint = fingerprint
         self._resizes = resizes
         self._grown_storages = resizes.grown  # `resizes.pending`'s dict, tested per tensor without a property call
+        self._fresh_storages = resizes.fresh  # `empty`'s storages not yet written: a write moves one to `grown`
         self.spmd = spmd
         self._ids: TensorTable[list] = TensorTable()
         self._table = self._ids.data  # its dict, read directly by `describe`
@@ -96,7 +97,12 @@ class TensorDescriber:
             owner, storage = None, entry
         if written:
             storage[3] += 1
-        garbage = bool(self._grown_storages) and self._reads_regrown_storage(t, storage, mutated or written)
+        if mutated or written:  # the program's value again, if it was garbage (or `empty`'s)
+            garbage = False
+            if self._grown_storages or self._fresh_storages:
+                self._resizes.written(t)
+        else:
+            garbage = bool(self._grown_storages) and self._reads_garbage(t, storage)
         # An alias shares its owner's counter only once the op making it has returned: read the owner's.
         try:
             version: int | None = (t if owner is None or is_view else owner)._version
@@ -134,13 +140,10 @@ class TensorDescriber:
         """`t` is `empty`'s memory: read its storage as garbage until ops have written all of it."""
         self._resizes.unwritten(t)
 
-    def _reads_regrown_storage(self, t: torch.Tensor, storage: list, writes: bool) -> bool:
+    def _reads_garbage(self, t: torch.Tensor, storage: list) -> bool:
         """Whether `t` is read from a storage re-allocated outside the dispatcher (FSDP2's `resize_`) and not
-        written since: garbage, and on its first read a new value the version counter never saw (counted on
-        `storage`, the entry of the tensor owning it). An op writing `t` makes it the program's value again."""
-        if writes:
-            self._resizes.written(t)
-            return False
+        written since, or an `empty` one partly written: garbage, and for a regrown one on its first read a new
+        value the version counter never saw (counted on `storage`, the entry of the tensor owning it)."""
         counted = self._resizes.read(t)
         if counted is None:
             return False
