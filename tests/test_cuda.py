@@ -511,6 +511,7 @@ def test_queued_fingerprints_are_launched_on_the_stream_their_tensors_were_made_
 GPU_MODES = [
     ("cudagraphs_forward.py", (), True),
     ("gpu/cudagraphs_grad_accum.py", (), False),
+    ("gpu/cudagraphs_checkpoint_dropout.py", (), False),
     ("gpu/manual_cuda_graph.py", (), False),
     ("gpu/max_autotune.py", (), False),
     ("gpu/fp16_grad_scaler.py", (), False),

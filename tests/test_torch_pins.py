@@ -168,3 +168,16 @@ def test_what_the_same_input_judge_builds_its_backends_and_references_from() -> 
     assert [float(g) for g in seen] == [1.0]
     schema = torch.ops.aten.native_batch_norm.default._schema
     assert not schema.is_mutable  # writes running_mean/var all the same: Float64Upcast copies them back
+
+
+def test_graphsafe_rng_knob_read_by_the_partitioner() -> None:
+    # record/graphsafe_rng.py sets it so checkpointed random ops keep graph-safe state under CUDA graphs.
+    import inspect
+
+    import torch._functorch.partitioners as partitioners
+    import torch._inductor
+    import torch._inductor.config as inductor_config
+
+    assert inductor_config.test_configs.graphsafe_rng_func_ignores_fallback_random is False
+    assert "graphsafe_rng_func_ignores_fallback_random" in inspect.getsource(partitioners)
+    assert torch._inductor.list_mode_options("reduce-overhead") == {"triton.cudagraphs": True}

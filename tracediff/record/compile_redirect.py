@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tracediff.record.backends import Backend
+from tracediff.record.graphsafe_rng import GraphSafeRng
 from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.mode import TraceRecorder
 from tracediff.record.modules import UncompiledModule
@@ -55,6 +56,7 @@ class CompileRedirect:
         self.dropped_options: list[str] = []
         self._original: Callable[..., Any] | None = None
         self._region_calls: dict[int, int] = {}
+        self._graphsafe_rng = GraphSafeRng()  # CUDA graphs under fallback_random (record/graphsafe_rng.py)
 
     def __enter__(self) -> CompileRedirect:
         self._original = torch.compile
@@ -64,6 +66,7 @@ class CompileRedirect:
     def __exit__(self, *exc: Any) -> None:
         if self._original is not None:
             torch.compile = self._original
+        self._graphsafe_rng.restore()
 
     def compile(self, model: Any = None, **kwargs: Any) -> Any:
         """Stands in for torch.compile with the same signature."""
@@ -82,6 +85,8 @@ class CompileRedirect:
 
     def _compile(self, model: Any, kwargs: dict[str, Any], region: int = 0) -> Any:
         assert self._original is not None
+        if self.backend is None or self.backend.is_inductor:
+            self._graphsafe_rng.before_compile(kwargs)
         if self.backend is None:
             return self._original(model, **kwargs)
         if not self.backend.compiles:
