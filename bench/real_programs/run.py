@@ -54,7 +54,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scripts", nargs="*", help="script names without .py [default: all]")
     parser.add_argument("--backend", default="inductor")
-    parser.add_argument("--modes", default="judged,trace-only", help="judged, trace-only or both")
+    parser.add_argument("--modes", default="judged,trace-only", help="judged, trace-only, or both: judged,trace-only")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time [2: these are 2-core machines]")
     args = parser.parse_args()
     scripts = args.scripts or sorted(p.stem for p in HERE.glob("*.py") if p.stem != "run")
