@@ -25,11 +25,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # cache directory (each `tracediff fix` and `bisect` run has its own). Taking the CPU's word picks the same ISA
 # where the compiler works; where it does not, kernels fail to build and the tests fail loudly.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-# Inductor compiles kernels in a pool of worker processes, one per core, started in every process that compiles
-# (each recording child, each narrowing or fix run): on 2 cores shared by the suite's own parallel processes, the
-# pool's start costs more than its parallel compiles save. Compiling in-process: the clean scripts under inductor,
-# cold cache, 334 -> 294 s of CPU (176 -> 164 s wall; tests/test_clean_scripts_inductor.py alone, 2026-11-30).
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
