@@ -58,3 +58,8 @@ def test_a_redirected_compile_with_reduce_overhead_sets_it_until_the_run_ends() 
             torch.compile(torch.nn.Linear(2, 2), mode="reduce-overhead")
             assert getattr(inductor_config.test_configs, KNOB) is True
         assert getattr(inductor_config.test_configs, KNOB) is False
+
+
+def test_a_mode_torch_does_not_know_is_left_to_torch_compile_to_refuse() -> None:
+    with inductor_config.patch({"triton.cudagraphs": False}):
+        assert not asks_for_cuda_graphs({"mode": "no-such-mode"})

@@ -27,7 +27,11 @@ def asks_for_cuda_graphs(compile_kwargs: dict[str, Any]) -> bool:
     import torch._inductor
     import torch._inductor.config as inductor_config
 
-    options = dict(torch._inductor.list_mode_options(compile_kwargs.get("mode")) or {})
+    mode = compile_kwargs.get("mode")
+    try:
+        options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
+    except (KeyError, RuntimeError):  # a mode torch does not know: torch.compile itself says so
+        options = {}
     options.update(compile_kwargs.get("options") or {})
     return bool(options.get("triton.cudagraphs", inductor_config.triton.cudagraphs))
 
