@@ -181,3 +181,14 @@ def test_graphsafe_rng_knob_read_by_the_partitioner() -> None:
     assert inductor_config.test_configs.graphsafe_rng_func_ignores_fallback_random is False
     assert "graphsafe_rng_func_ignores_fallback_random" in inspect.getsource(partitioners)
     assert torch._inductor.list_mode_options("reduce-overhead") == {"triton.cudagraphs": True}
+
+
+def test_dynamos_checkpoint_runs_eagerly_without_preserving_rng() -> None:
+    # record/judging/checkpoints.py inlines tag_activation_checkpoint(body, *args) in references for this reason.
+    import inspect
+
+    from torch._higher_order_ops import wrap
+
+    hop = torch.ops.higher_order.tag_activation_checkpoint
+    assert isinstance(hop, wrap.TagActivationCheckpoint)
+    assert 'kwargs["preserve_rng_state"] = False' in inspect.getsource(wrap)

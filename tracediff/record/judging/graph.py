@@ -29,6 +29,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from tracediff.judge.measure import Measurement, any_wrong, carrying, measure
+from tracediff.record.judging.checkpoints import with_checkpoints_inlined
 from tracediff.record.judging.policy import JudgePolicy
 from tracediff.record.judging.shared_grads import passed_on
 from tracediff.record.op_arguments import tensor_version
@@ -292,6 +293,11 @@ class JudgedGraph:
         return None
 
     @functools.cached_property
+    def runnable_reference(self) -> torch.fx.GraphModule:
+        """The reference as the references run it: its activation checkpoints inlined (judging/checkpoints.py)."""
+        return with_checkpoints_inlined(self.reference)
+
+    @functools.cached_property
     def input_names(self) -> list[str]:
         return [input_name(n) for n in self.reference.graph.find_nodes(op="placeholder")]
 
@@ -392,7 +398,7 @@ class JudgedGraph:
         versions = [tensor_version(t) if isinstance(t, torch.Tensor) else None for t in inputs]
         # In the call's own grad mode (a graph may differentiate inside, `torch.func.grad`): its inputs are
         # detached, so no autograd graph is built for the program's values.
-        out = run_graph(self.reference, inputs, float64)
+        out = run_graph(self.runnable_reference, inputs, float64)
         if first:
             # A version counter tells most writes; not all (batch_norm writes its running statistics without
             # bumping theirs), so a changed value tells too; it alone for an inference-mode tensor, which has none.
@@ -491,7 +497,7 @@ class JudgedGraph:
         inputs, leaves = differentiable_inputs(inputs, check.tapped, upcast)
         check.rng.restore()
         with check.autocast.restored(), torch.enable_grad(), upcast or contextlib.nullcontext():
-            outs = outputs_of(self.reference.forward(*inputs))
+            outs = outputs_of(self.runnable_reference.forward(*inputs))
             pairs = [(outs[i], g) for i, g in zip(check.outputs, check.tangents)
                      if g is not None and isinstance(outs[i], torch.Tensor) and outs[i].requires_grad]
             if not pairs:
