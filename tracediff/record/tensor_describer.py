@@ -46,7 +46,6 @@ class TensorDescriber:
         self._fingerprint = fingerprint
         self._resizes = resizes
         self._grown_storages = resizes.grown  # `resizes.pending`'s dict, tested per tensor without a property call
-        self._fresh_storages = resizes.fresh  # `empty`'s storages not yet written: a write moves one to `grown`
         self.spmd = spmd
         self._ids: TensorTable[list] = TensorTable()
         self._table = self._ids.data  # its dict, read directly by `describe`
@@ -99,7 +98,7 @@ class TensorDescriber:
             storage[3] += 1
         if mutated or written:  # the program's value again, if it was garbage (or `empty`'s)
             garbage = False
-            if self._grown_storages or self._fresh_storages:
+            if self._resizes.watching_writes:  # only writes: a property call is cheap enough here
                 self._resizes.written(t)
         else:
             garbage = bool(self._grown_storages) and self._reads_garbage(t, storage)
