@@ -37,3 +37,23 @@ def test_torch_alone_has_registered_nothing_outside_torch() -> None:
             "print(json.dumps(compiler_customizations()))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == {"decompositions": [], "lowerings": [], "passes": []}
+
+
+def test_the_recorders_own_post_grad_pass_is_not_the_scripts() -> None:
+    """record/original_aten.py's pass takes `post_grad_custom_post_pass` where the script set none: it is no
+    customization of the script's, and dropping the script's passes (`tracediff fix`) keeps it."""
+    import torch._inductor.config as inductor_config
+
+    from tracediff.record.customizations import compiler_customizations, without_scripts_passes
+    from tracediff.record.original_aten import OriginalAtenAnnotation, with_annotation
+
+    def scripts_pass(graph: torch.fx.Graph) -> None:
+        pass
+
+    ours = with_annotation(None)
+    assert isinstance(ours, OriginalAtenAnnotation) and with_annotation(scripts_pass) is scripts_pass
+    assert without_scripts_passes(ours) is ours and without_scripts_passes(scripts_pass) is None
+    with inductor_config.patch(post_grad_custom_post_pass=ours):
+        assert compiler_customizations()["passes"] == []
+    with inductor_config.patch(post_grad_custom_post_pass=scripts_pass):
+        assert compiler_customizations()["passes"] == ["post_grad_custom_post_pass"]

@@ -58,9 +58,29 @@ class Runner:
 def test_post_grad_graph_gives_op_and_line_in_graph_order() -> None:
     nodes = parse_post_grad_graph(POST_GRAD)
     assert list(nodes) == ["permute", "mm", "sin", "cos", "mul"]
-    assert nodes["cos"] == ("aten::cos", "/src/model.py", 38)
-    assert nodes["mul"] == ("aten::mul.Tensor", "/src/model.py", 38)
-    assert nodes["mm"][2] == 37
+    assert nodes["cos"] == ("aten::cos", "/src/model.py", 38, None)
+    assert nodes["mul"] == ("aten::mul.Tensor", "/src/model.py", 38, None)
+    assert nodes["mm"].line == 37
+
+
+def test_post_grad_nodes_carry_the_op_they_were_decomposed_from_where_annotated() -> None:
+    """record/original_aten.py's annotation, as FX prints it (a name over 40 characters cut), and a script's own
+    annotation beside it: the source line is read through either."""
+    nodes = parse_post_grad_graph(
+        "        # Annotation: {'tracediff_aten': 'threshold_backward'} File: /src/net.py:17 in forward, code: y\n"
+        '        le: "b8[2, 4]" = torch.ops.aten.le.Scalar(relu, 0)\n'
+        "        # Annotation: {'stage': 1, 'tracediff_aten': 'native_batch_norm_backward'} File: /src/net.py:17 in "
+        "forward, code: y\n"
+        '        sub: "f32[2, 4]" = torch.ops.aten.sub.Tensor(x, mean)\n'
+        "        # Annotation: {'tracediff_aten': '_scaled_dot_product_flash_attention_backw...'} File: /src/a.py:3 in "
+        "f, code: z\n"
+        '        mul: "f32[2, 4]" = torch.ops.aten.mul.Tensor(sub, 2)\n'
+        "        # File: /src/net.py:18 in forward, code: w\n"
+        '        add: "f32[2, 4]" = torch.ops.aten.add.Tensor(mul, 1)\n')
+    assert nodes["le"] == ("aten::le.Scalar", "/src/net.py", 17, "aten::threshold_backward")
+    assert nodes["sub"] == ("aten::sub.Tensor", "/src/net.py", 17, "aten::native_batch_norm_backward")
+    assert nodes["mul"] == ("aten::mul.Tensor", "/src/a.py", 3, "aten::_scaled_dot_product_flash_attention_backw...")
+    assert nodes["add"] == ("aten::add.Tensor", "/src/net.py", 18, None)
 
 
 def test_a_node_with_several_outputs_is_known_too() -> None:
@@ -71,7 +91,7 @@ def test_a_node_with_several_outputs_is_known_too() -> None:
         ".default(q, k, v)\n"
         '        getitem: "f32[2, 4]" = _scaled_dot_product_flash_attention_for_cpu[0]\n')
     assert nodes == {"_scaled_dot_product_flash_attention_for_cpu": (
-        "aten::_scaled_dot_product_flash_attention_for_cpu", "/src/attn.py", 12)}
+        "aten::_scaled_dot_product_flash_attention_for_cpu", "/src/attn.py", 12, None)}
 
 
 def test_call_sites_map_wrapper_lines_to_handles() -> None:

@@ -192,3 +192,26 @@ def test_dynamos_checkpoint_runs_eagerly_without_preserving_rng() -> None:
     hop = torch.ops.higher_order.tag_activation_checkpoint
     assert isinstance(hop, wrap.TagActivationCheckpoint)
     assert 'kwargs["preserve_rng_state"] = False' in inspect.getsource(wrap)
+
+
+def test_post_grad_annotations_reach_the_graph_string_inductor_caches() -> None:
+    # record/original_aten.py: its pass is a CustomGraphPass (one inductor caches), decomposed nodes keep `original_aten`,
+    # and `print_readable` (how compile_fx makes inductor_post_grad_graph_str) prints a node's `custom` meta.
+    import torch._inductor.config as inductor_config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tracediff.record.aten_annotation import annotated_op
+    from tracediff.record.original_aten import OriginalAtenAnnotation, with_annotation
+
+    assert hasattr(inductor_config, "post_grad_custom_post_pass")
+    assert isinstance(with_annotation(None), CustomGraphPass)
+    with torch.fx.traceback.preserve_node_meta():  # as AOTAutograd traces
+        decomposed = make_fx(lambda g, x: torch.ops.aten.threshold_backward(g, x, 0.0),
+                             decomposition_table=torch._decomp.get_decompositions([torch.ops.aten.threshold_backward]))(
+            torch.randn(4), torch.randn(4))
+    OriginalAtenAnnotation()(decomposed.graph)
+    text = decomposed.print_readable(print_output=False, include_stride=True, include_device=True,
+                                     fast_sympy_print=True)
+    summaries = [row for row in text.splitlines() if row.lstrip().startswith("# Annotation")]
+    assert summaries and {annotated_op(row) for row in summaries} == {"aten::threshold_backward"}, text

@@ -2410,3 +2410,43 @@ def test_a_kernel_that_fuses_an_op_and_ends_at_its_line_with_another_is_not_pair
     assert not computes_past(fused(("aten::mul.Tensor", "m.py:147"), ("aten::add.Tensor", "m.py:146")), mul)
     addmm = {"t": "op", "op": "aten::addmm", "src": "m.py:146", "in": [], "out": []}
     assert not computes_past(fused(("aten::add.Tensor", "m.py:146"),), addmm)
+
+
+def test_a_kernel_whose_last_node_came_from_another_op_computes_past_the_op_it_decomposed_before() -> None:
+    """H200, a channels-last ResNet's backward under inductor, by the traces alone: a kernel named for
+    `threshold_backward` fuses the ReLU's backward, decomposed (`le`, `where`), into batch norm backward's
+    `(x - mean) * grad` (`sub`, `mul`), which it writes. By decomposed names A's op is not among its nodes;
+    by the ops they came from (`orig`, record/original_aten.py) it is, and the kernel ends with another one."""
+    from tracediff.diff.verdict.comparer import Comparer
+    from tracediff.diff.verdict.pairing import comparable_pair, computes_past
+
+    def node(op: str, orig: str | None, src: str = "resnet.py:17") -> dict[str, Any]:
+        return {"op": op, "src": src, **({"orig": orig} if orig else {})}
+
+    def kernel(*nodes: dict[str, Any]) -> dict[str, Any]:
+        return {"t": "kernel", "src": "resnet.py:17", "in": [], "out": [], "fuses": list(nodes),
+                "name": "triton_poi_fused_add_avg_pool2d_backward_native_batch_norm_backward_threshold_backward_12"}
+
+    relu_backward = {"t": "op", "op": "aten::threshold_backward", "src": "resnet.py:17", "in": [], "out": []}
+    bn_after_relu = kernel(node("aten::le.Scalar", "aten::threshold_backward"),
+                           node("aten::where.self", "aten::threshold_backward"),
+                           node("aten::sub.Tensor", "aten::native_batch_norm_backward"),
+                           node("aten::mul.Tensor", "aten::native_batch_norm_backward"))
+    assert computes_past(bn_after_relu, relu_backward)
+    assert not comparable_pair(relu_backward, bn_after_relu, SHAPE_TIER, Comparer(Config(), None), by_name=False)
+    # Without the annotation (a trace of before it), as before: A's op is not seen among the decomposed nodes.
+    unannotated = kernel(*({"op": n["op"], "src": n["src"]} for n in bn_after_relu["fuses"]))
+    assert not computes_past(unannotated, relu_backward)
+    # A kernel that ends with the ReLU's gradient writes A's value: comparable.
+    relu_last = kernel(node("aten::sub.Tensor", "aten::native_batch_norm_backward"),
+                       node("aten::le.Scalar", "aten::threshold_backward"),
+                       node("aten::where.self", "aten::threshold_backward"))
+    assert not computes_past(relu_last, relu_backward)
+    # A decomposed `addmm` (its `mm` and bias `add`) writes the `addmm`'s value.
+    addmm = {"t": "op", "op": "aten::addmm", "src": "resnet.py:17", "in": [], "out": []}
+    assert not computes_past(kernel(node("aten::mm", "aten::addmm"), node("aten::add.Tensor", "aten::addmm")), addmm)
+    # A name FX cut at 40 characters is compared by what is left of it.
+    flash = {"t": "op", "op": "aten::_scaled_dot_product_flash_attention_backward", "src": "resnet.py:17",
+             "in": [], "out": []}
+    assert computes_past(kernel(node("aten::mul.Tensor", "aten::_scaled_dot_product_flash_attention_backw..."),
+                                node("aten::add.Tensor", "aten::add")), flash)

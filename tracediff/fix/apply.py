@@ -28,6 +28,7 @@ from tracediff.fix.changes import (
     Change,
 )
 from tracediff.op_names import parts
+from tracediff.record.customizations import without_scripts_passes
 
 
 def _overload(op: str) -> Any:
@@ -100,8 +101,8 @@ class FixApplier:
                 decomposition.decompositions.pop(_overload(change.target), None)
             elif kind == DROP_LOWERING:
                 lowering.lowerings.pop(_overload(change.target), None)
-            elif kind == DROP_PASS:
-                setattr(config, change.target, None)
+            elif kind == DROP_PASS:  # the recorder's own pass stays (record/original_aten.py)
+                setattr(config, change.target, without_scripts_passes(getattr(config, change.target, None)))
             elif kind == INDUCTOR_CONFIG:
                 setattr(config, change.target, change.value)
             elif kind == MATMUL_PRECISION:

@@ -61,8 +61,22 @@ def compiler_customizations() -> dict[str, list[str]]:
     return {
         "decompositions": _registered_outside_torch(decomposition.decompositions) if decomposition else [],
         "lowerings": _registered_outside_torch(lowering.lowerings) if lowering else [],
-        "passes": [name for name in PASS_SETTINGS if config is not None and getattr(config, name, None) is not None],
+        "passes": [name for name in PASS_SETTINGS if config is not None and _scripts_own(getattr(config, name, None))],
     }
+
+
+def _scripts_own(setting: Any) -> bool:
+    """Does a pass setting hold a pass of the script's, not the recorder's own (record/original_aten.py)?"""
+    return setting is not None and not _recorders_own(setting)
+
+
+def without_scripts_passes(setting: Any) -> Any:
+    """A pass setting with the script's pass dropped: the recorder's own stays, else None."""
+    return setting if _recorders_own(setting) else None
+
+
+def _recorders_own(custom_pass: Any) -> bool:
+    return bool(getattr(custom_pass, "tracediff_own_pass", False))
 
 
 def no_customizations() -> dict[str, list[str]]:

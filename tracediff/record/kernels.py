@@ -32,11 +32,12 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from tracediff.op_names import from_target
+from tracediff.record.aten_annotation import annotated_op
 from tracediff.record.identity import identity
 from tracediff.record.source import FusedSource, SourceLocation, clean_fx_module_path
 
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 _CPP_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\((\[.*?\]), r'''(.*?)'''\)", re.S | re.M)
 _CPP_SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
 _PROVENANCE_HANDLE = re.compile(r"#\s*\[Provenance debug handles\] (\S+):(\d+)\s*$")
-_POST_GRAD_FILE = re.compile(r"#\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
+# A node summary's source line; a script's own `fx.traceback.annotate` (or ours) puts an annotation before it.
+_POST_GRAD_FILE = re.compile(r"#(?:\s*Annotation: \{.*?\})?\s*File: (.*?):(\d+) in (\S+), code: (.*)$")
 # A call node: name, op, arguments (a node with several outputs has no type annotation).
 _POST_GRAD_CALL = re.compile(r"^\s*(\w+)(?:: .*?)? = torch\.ops\.([\w.]+)\((.*)$")
 # A NaN/Inf literal among a node's arguments, as FX prints floats: `full.default([8, 8], -inf, ...)`.
@@ -76,6 +78,7 @@ class FusedOp:
     line: int | None
     module: str | None  # relative to the compiled module
     nonfinite_constant: bool = False  # writes a NaN/Inf literal: `full([n, n], -inf)`, `where(m, x, -inf)`
+    original: str | None = None  # the op it was decomposed from ("aten::threshold_backward"), where known
 
     def as_record(self, root: str | None) -> dict[str, Any]:
         import os
@@ -90,6 +93,8 @@ class FusedOp:
         }
         if self.nonfinite_constant:
             record["nfs"] = True  # as an op's `nfs`: its NaN/Inf are on purpose (a mask), not a NaN origin
+        if self.original:
+            record["orig"] = self.original
         return record
 
 
@@ -110,22 +115,33 @@ class GraphKernels:
         return handles[0] if len(handles) == 1 else []
 
 
-def parse_post_grad_graph(text: str) -> dict[str, tuple[str, str | None, int | None]]:
-    """Post-grad node name -> (aten op, source path, line), in graph order."""
-    nodes: dict[str, tuple[str, str | None, int | None]] = {}
+class PostGradNode(NamedTuple):
+    op: str  # "aten::le.Scalar"
+    path: str | None
+    line: int | None
+    original: str | None  # "aten::threshold_backward", where annotated; FX cuts a long name to 40 characters + "..."
+
+
+def parse_post_grad_graph(text: str) -> dict[str, PostGradNode]:
+    """Post-grad node name -> its op, source and original op, in graph order."""
+    nodes: dict[str, PostGradNode] = {}
     path: str | None = None
     line: int | None = None
+    original: str | None = None
     for row in text.splitlines():
+        if row.lstrip().startswith("#"):  # a summary of the nodes below it
+            original = annotated_op(row)
         match = _POST_GRAD_FILE.search(row)
         if match:
             path, line = match.group(1), int(match.group(2))
             continue
         match = _POST_GRAD_CALL.match(row)
         if match:
-            nodes[match.group(1)] = (from_target(match.group(2)), path, line)
+            nodes[match.group(1)] = PostGradNode(from_target(match.group(2)), path, line, original)
         elif not row.strip():
-            path, line = None, None
+            path, line, original = None, None, None
     return nodes
+
 
 
 def nonfinite_constant_nodes(text: str) -> set[str]:
@@ -206,14 +222,14 @@ def build_graph_kernels(compiled: Any, pre_grad_meta: dict[str, dict[str, Any]])
         for handle, nodes in table.items():
             ops = []
             for node in sorted(nodes, key=lambda n: order.get(n, len(order))):
-                op, path, line = post_grad.get(node, ("?", None, None))
+                op, path, line, original = post_grad.get(node) or PostGradNode("?", None, None, None)
                 module = None
                 for pre in post_to_pre.get(node, []):
                     stack = (pre_grad_meta.get(pre) or {}).get("nn_module_stack")
                     if stack:
                         module = clean_fx_module_path(str(list(stack.values())[-1][0]))
                         break
-                ops.append(FusedOp(node, op, path, line, module, node in nonfinite))
+                ops.append(FusedOp(node, op, path, line, module, node in nonfinite, original))
             info.fuses[handle] = ops
     return info
 
@@ -243,6 +259,7 @@ class KernelCapture:
         with contextlib.ExitStack() as restores:  # a failure half-way undoes what was patched
             self._restores = restores
             self._set(inductor_config.trace, "provenance_tracking_level", 1)
+            self._annotate_original_ops(inductor_config)
             self._keep_backward_provenance()
             self._install(compile_fx_module, output_code)
             self._restores = restores.pop_all()
@@ -264,6 +281,13 @@ class KernelCapture:
 
     def __exit__(self, *exc: Any) -> None:
         self._restores.close()
+
+    def _annotate_original_ops(self, inductor_config: Any) -> None:
+        """Have each post-grad node say which aten op it was decomposed from (record/original_aten.py)."""
+        from tracediff.record.original_aten import with_annotation
+
+        self._set(inductor_config, "post_grad_custom_post_pass",
+                  with_annotation(inductor_config.post_grad_custom_post_pass))
 
     def _keep_backward_provenance(self) -> None:
         """Let a backward graph compiled on the first `backward()` keep its kernel provenance.

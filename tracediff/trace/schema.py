@@ -25,7 +25,9 @@ region  {"t": "region", "i": seq, "ev": "enter" | "exit", "name": "Net.forward",
 kernel  {"t": "kernel", "i": seq, "name": "cpp_fused_cos_sin_0", "site": "cpp_fused_cos_sin_0:2",
          "g": graph key, "d": depth, "m": module, "src"/"path"/"code": of the last fused op,
          "fuses": [{"node", "op": "aten::sin", "src", "path", "m",
-                    "nfs": true (a NaN/Inf literal argument, e.g. full([n, n], -inf))}...] in graph order,
+                    "nfs": true (a NaN/Inf literal argument, e.g. full([n, n], -inf)),
+                    "orig": "aten::threshold_backward" (the op it was decomposed from, where known; a name
+                    over 40 characters cut, ending "...")}...] in graph order,
          "in": [buffers read], "out": [buffers written]}
          One launch of an inductor-generated kernel (record/kernels.py).
 check   {"t": "check", "at": seq of the next record, "g": "graph 0", "call": n, "ph": "fw" | "bw", "d": depth, "m": module,
@@ -139,6 +141,7 @@ class FusedOp(TypedDict, total=False):
     path: str | None
     m: str | None
     nfs: bool
+    orig: str  # the op the node was decomposed from (record/original_aten.py)
 
 
 class OpRecord(TypedDict, total=False):

@@ -18,7 +18,7 @@ from tracediff.diff.verdict.comparer import (
     pair_tensors,
 )
 from tracediff.op_names import base_op, short
-from tracediff.trace.schema import KERNEL, OP, REGION, Tensor, TraceRecord
+from tracediff.trace.schema import KERNEL, OP, REGION, FusedOp, Tensor, TraceRecord
 
 
 def kernel_named_for(kernel: TraceRecord, ra: TraceRecord) -> bool:
@@ -35,13 +35,26 @@ def computes_past(kernel: TraceRecord, ra: TraceRecord) -> bool:
     """Does the kernel fuse A's op at its line and end, at that line, with another op? It writes that op's value,
     of which A's is only an intermediate: Mixtral's RMSNorm backward under inductor on CUDA fuses the two terms
     of the input's gradient, `mul` and `mul`, into their sum, where eager adds each to the residual's gradient in
-    turn; paired by shapes with the second `mul`, the kernel's sum differed by 92%."""
+    turn; paired by shapes with the second `mul`, the kernel's sum differed by 92%. A fused node is A's op by its
+    name or, decomposed, by the op it came from (`orig`): a channels-last ResNet's backward on CUDA fuses the
+    ReLU's `threshold_backward` (`le`, `where`) into batch norm backward's `(x - mean) * grad`, which it writes."""
     fuses = kernel.get("fuses") or []
     if not fuses or fuses[-1].get("src") != ra.get("src"):
         return False
     op = base_op(ra["op"])
-    return base_op(fuses[-1]["op"]) != op and any(
-        base_op(f["op"]) == op for f in fuses[:-1] if f.get("src") == ra.get("src"))
+    return not _is_op(fuses[-1], op) and any(_is_op(f, op) for f in fuses[:-1] if f.get("src") == ra.get("src"))
+
+
+def _is_op(fused: FusedOp, op: str) -> bool:
+    """Is a fused node the op `op` (its functional form), or decomposed from it?"""
+    if base_op(fused["op"]) == op:
+        return True
+    original = fused.get("orig")
+    if not original:
+        return False
+    if original.endswith("..."):  # FX cut the name at 40 characters (record/original_aten.py)
+        return op.removeprefix("aten::").startswith(original[:-3].removeprefix("aten::"))
+    return base_op(original) == op
 
 
 # How close (relative) a kernel's output statistics must come to k times an input's to be k copies of it: the
