@@ -202,3 +202,51 @@ def test_a_higher_order_operator_computes_in_float64_under_the_upcast() -> None:
         got = graph(q, k, v)
     assert got[0].dtype == torch.float64
     torch.testing.assert_close(got, exact)
+
+
+def test_functions_that_check_one_dtype_before_dispatch_compute_in_float64() -> None:
+    """`--calibrate` on a channels-last ResNet (and any CNN with a biased convolution after a computed value) failed
+    its float64 run with "Input type (double) and bias type (float) should be the same": that check, prelu's,
+    bilinear's, attention's and nn.LSTM's come before any dispatch mode sees the call. Each now runs, with the
+    program's float32 parameters unchanged and their gradients float32."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    prelu, lstm, gru = torch.nn.PReLU(4), torch.nn.LSTM(4, 4, batch_first=True), torch.nn.GRU(4, 4, batch_first=True)
+    key = torch.randn(1, 5, 4)  # a float32 tensor meeting a computed float64 query in attention
+    x = torch.randn(2, 3, 6, 6)
+
+    def program() -> list[torch.Tensor]:
+        h = prelu(conv(x.contiguous(memory_format=torch.channels_last)))  # contiguous: a computed copy
+        seq = h.mean((2, 3)).unsqueeze(1).expand(2, 5, 4)
+        attended = torch.nn.functional.scaled_dot_product_attention(seq, key, key)
+        mixed = torch.nn.functional.bilinear(seq, seq, torch.ones(2, 4, 4), torch.zeros(2))
+        return [h, attended, mixed, lstm(seq)[0], gru(seq)[0]]
+
+    expected = program()
+    with Float64Upcast():
+        got = program()
+        sum(t.sum() for t in got).backward()
+    assert [t.dtype for t in got[:3]] == [torch.float64] * 3
+    for want, have in zip(expected, got, strict=True):
+        assert torch.allclose(have.float(), want, rtol=1e-4, atol=1e-5)
+    assert conv.bias.dtype == torch.float32 and conv.bias.grad is not None and conv.bias.grad.dtype == torch.float32
+    assert lstm.weight_ih_l0.grad is not None and lstm.weight_ih_l0.grad.dtype == torch.float32
+    # Outside the upcast nothing stays changed: oneDNN back on, no hook left on RNN modules.
+    assert torch.backends.mkldnn.enabled
+    with pytest.raises(ValueError, match="RNN input dtype"):  # the program's own check, as without tracediff
+        lstm(torch.randn(1, 5, 4, dtype=torch.float64))
+
+
+def test_a_foreach_optimizer_step_reads_float64_gradients_into_float32_state() -> None:
+    """H200, a bidirectional LSTM under `--calibrate`: the LSTM's weight gradients come out float64 in the float64
+    run, and Adam's foreach step (CUDA's default) raised "expected dtype float for `end`" in `_foreach_lerp_`: the
+    tensors it writes are lists, which the narrowing to the written dtype did not look into."""
+    torch.manual_seed(0)
+    emb, lstm = torch.nn.Embedding(10, 4), torch.nn.LSTM(4, 4, batch_first=True, bidirectional=True)
+    params = [*emb.parameters(), *lstm.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3, foreach=True)
+    with Float64Upcast():
+        lstm(emb(torch.tensor([[1, 2, 3]])))[0].sum().backward()
+        assert torch.float64 in {p.grad.dtype for p in params if p.grad is not None}
+        opt.step()
+    assert all(p.dtype == torch.float32 and opt.state[p]["exp_avg"].dtype == torch.float32 for p in params)
