@@ -250,3 +250,68 @@ def test_a_foreach_optimizer_step_reads_float64_gradients_into_float32_state() -
         assert torch.float64 in {p.grad.dtype for p in params if p.grad is not None}
         opt.step()
     assert all(p.dtype == torch.float32 and opt.state[p]["exp_avg"].dtype == torch.float32 for p in params)
+
+
+def test_torch_cond_branches_on_float32_parameters_compute_in_float64() -> None:
+    """`control_flow.py` under `--calibrate`: `torch.cond` reached this mode as an operator and ran with it off, so
+    its branch's `linear(float64 input, float32 weight)` raised "mat1 and mat2 must have the same dtype"."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+
+    def program() -> torch.Tensor:
+        h = x * 1  # computed: float64 under the upcast
+        return torch.cond(h.sum() > 0, lambda t: a(t).relu(), lambda t: b(t).tanh(), (h,))
+
+    expected = program()
+    with Float64Upcast():
+        got = program()
+    assert got.dtype == torch.float64 and torch.allclose(got.float(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_deep_copy_keeps_float32_and_a_chain_of_float64_math_stays_known_as_float32() -> None:
+    """Found by `--calibrate` on real programs: an EMA teacher made by `copy.deepcopy` became float64 (a clone was
+    widened), and `_foreach_lerp_(teacher, student)` raised "expected dtype double for `end`"; QAT's scale
+    `w.abs().amax(1) / 127` was not known as a float32 value past its first op, so `fake_quantize_per_channel_affine`
+    got it in float64 ("Scale must be Float or BFloat16, found Double")."""
+    import copy
+
+    torch.manual_seed(0)
+    student = torch.nn.Linear(4, 3)
+    with Float64Upcast() as upcast:
+        teacher = copy.deepcopy(student)
+        assert teacher.weight.dtype == torch.float32 and torch.equal(teacher.weight, student.weight)
+        assert student.weight.new_empty(3).dtype == torch.float32  # the program's dtype, as `empty_like`
+        with torch.no_grad():
+            torch._foreach_lerp_(list(teacher.parameters()), list(student.parameters()), 0.1)
+        scale = student.weight.detach().abs().amax(1).clamp_min(1e-8) / 127
+        assert scale.dtype == torch.float64 and upcast._program_dtype[scale] == torch.float32
+        quantized = torch.fake_quantize_per_channel_affine(
+            student.weight, scale, torch.zeros_like(scale, dtype=torch.int32), 0, -128, 127)
+    assert quantized.dtype == torch.float32
+
+
+def test_attention_without_dropout_on_a_view_and_a_float32_cache_and_a_gradient_hook_run() -> None:
+    """Found by `--calibrate` on real programs: a decoder's `sdpa(q.transpose(1, 2), cache_k, cache_v)` raised
+    "expected scalar type Double but found Float" (attention counts as random, so it ran in the program's dtypes,
+    and a view of a computed value was not known as one); a gradient hook `lambda g: -g` raised "hook has changed
+    the type of value" (its result computed in float64 from autograd's float32 gradient)."""
+    torch.manual_seed(0)
+    cache = torch.zeros(1, 2, 4, 3)
+    w = torch.randn(3, 3, requires_grad=True)
+
+    def program() -> tuple[torch.Tensor, torch.Tensor]:
+        q = torch.randn(1, 4, 2, 3) @ w  # computed; its transpose is a view of it
+        att = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), cache + 1, cache)
+        h = w * 2
+        h.register_hook(lambda g: -g)
+        (att.sum() + h.sum()).backward()
+        grad, w.grad = w.grad, None
+        return att, grad
+
+    expected = program()
+    with Float64Upcast():
+        got = program()
+    assert got[0].dtype == torch.float64 and torch.allclose(got[0].float(), expected[0], atol=1e-6)
+    assert torch.allclose(got[1].float(), expected[1], atol=1e-5)  # through the hook, as the program's
+

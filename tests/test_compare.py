@@ -82,3 +82,12 @@ def test_equal_fingerprints_are_judged_as_their_statistics_would_be() -> None:
             short_cut = compare_fingerprints(fp, dict(fp), tolerance, noise)
             long_way = compare_fingerprints(fp, dict(fp, unrelated=1), tolerance, noise)
             assert short_cut == long_way, (fp, tolerance, noise)
+
+
+def test_sketches_of_values_past_1e154_are_infinitely_apart_not_a_crash() -> None:
+    """`scan_cumsum.py` under --calibrate: a cumulative product overflows float32 to inf in the program and stays
+    finite (1e200) in the float64 reference; squaring their sketches' difference raised OverflowError in the diff."""
+    from tracediff.diff.compare import sketch_distance
+
+    assert sketch_distance({"sk": [1e200, 0.0]}, {"sk": [-1e200, 0.0]}) == float("inf")
+    assert sketch_distance({"sk": [3.0, 0.0]}, {"sk": [0.0, 4.0]}) == (12.5) ** 0.5  # sqrt((9 + 16) / 2)

@@ -55,9 +55,13 @@ _WIDER = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bflo
           torch.complex64: torch.complex128}
 
 
-# Factories that take a tensor for its shape and dtype (an optimizer's state: `zeros_like(param)`).
+# Factories that take a tensor for its shape and dtype (an optimizer's state: `zeros_like(param)`), or its dtype
+# alone (spectral norm's `weight.new_empty(h).normal_()`: made float64, it drew other numbers than the program).
 _LIKE_FACTORIES = frozenset({torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
-                             torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default})
+                             torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default,
+                             torch.ops.aten.new_empty.default, torch.ops.aten.new_zeros.default,
+                             torch.ops.aten.new_ones.default, torch.ops.aten.new_full.default,
+                             torch.ops.aten.new_empty_strided.default})
 
 
 # Ops that write arguments their schema does not mark as written: batch norm's running mean and variance
@@ -81,10 +85,12 @@ _RNN_FUNCTIONS = frozenset({torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_rel
 
 class _OneFloatDtype(TorchFunctionMode):
     """Widens the narrower floating tensors of a `_ONE_DTYPE_FUNCTIONS` call that also reads a float64 one;
-    runs an RNN function without cuDNN and oneDNN."""
+    runs an RNN function without cuDNN and oneDNN; rounds a gradient hook's result to the gradient's dtype."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if func is torch.Tensor.register_hook and len(args) == 2 and callable(args[1]):
+            return func(args[0], _hook_in_grad_dtype(args[1]), **kwargs)
         if func in _RNN_FUNCTIONS:
             with torch.backends.cudnn.flags(enabled=False), torch.backends.mkldnn.flags(enabled=False):
                 return func(*args, **kwargs)
@@ -98,6 +104,21 @@ class _OneFloatDtype(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _hook_in_grad_dtype(hook: Any) -> Any:
+    """A tensor's gradient hook whose float64 result (computed from the float32 gradient autograd hands it) is
+    rounded to that gradient's dtype, which autograd requires ("hook has changed the type of value")."""
+
+    @functools.wraps(hook)
+    def in_grad_dtype(grad: Any) -> Any:
+        result = hook(grad)
+        if isinstance(result, torch.Tensor) and isinstance(grad, torch.Tensor) and result.dtype != grad.dtype and \
+                result.dtype == _WIDER.get(grad.dtype):
+            return result.to(grad.dtype)
+        return result
+
+    return in_grad_dtype
+
+
 def _rnn_input_in_weights_dtype(module: torch.nn.Module, inputs: tuple) -> tuple | None:
     """A forward pre-hook: an RNN module's computed float64 input rounded to its weights' dtype, which
     `nn.RNNBase.forward` requires (in Python, before any op)."""
@@ -107,6 +128,28 @@ def _rnn_input_in_weights_dtype(module: torch.nn.Module, inputs: tuple) -> tuple
     if not weights or inputs[0].dtype == weights[0].dtype or inputs[0].dtype != torch.float64:
         return None
     return (inputs[0].to(weights[0].dtype), *inputs[1:])
+
+
+# Copies that change no value: kept in the source's dtype (`--calibrate`; the judge's references widen them).
+_EXACT_COPIES = frozenset({torch.ops.aten.clone.default, torch.ops.aten.copy.default})
+
+
+def _copies_exactly(func: Any, kwargs: dict) -> bool:
+    return func in _EXACT_COPIES or (func is torch.ops.aten._to_copy.default and kwargs.get("dtype") is None)
+
+
+def _without_dropout(func: Any, args: tuple, kwargs: dict) -> bool:
+    """An attention op called with `dropout_p=0` draws nothing: its math runs in float64 like any other op's."""
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.name == "dropout_p":
+            value = args[i] if i < len(args) else kwargs.get("dropout_p", argument.default_value)
+            return value == 0
+    return False
+
+
+def _is_fake_quantize(func: Any) -> bool:
+    """`fake_quantize_per_channel_affine_cachemask` and its kin: "Scale must be Float or BFloat16, found Double"."""
+    return getattr(func, "namespace", None) == "aten" and "fake_quantize" in getattr(func, "_opname", "")
 
 
 def _aliases_or_writes(func: Any) -> bool:
@@ -153,17 +196,22 @@ class Float64Upcast(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if func is torch.ops.higher_order.cond and not kwargs:
+            return self._cond(*args)
         if isinstance(func, HigherOrderOperator):  # flex_attention run eagerly: its math runs on widened inputs
             return self._widen_and_run(func, args, kwargs)
-        if torch.Tag.nondeterministic_seeded in func.tags:
-            return self._random(func, args, kwargs)
+        if (torch.Tag.nondeterministic_seeded in func.tags and not _without_dropout(func, args, kwargs)) or \
+                _is_fake_quantize(func):
+            return self._in_program_dtypes(func, args, kwargs)
         if self.exact_casts and func is torch.ops.aten._to_copy.default:
             kwargs = self._widened_cast(args, kwargs)
+        elif not self.exact_casts and _copies_exactly(func, kwargs):
+            return self._copy(func, args, kwargs)
         if func in _LIKE_FACTORIES:
             return func(*args, **kwargs)  # reads only the shape and dtype: the program's dtype, like `torch.zeros`
         if _aliases_or_writes(func):
             if not func._schema.is_mutable:
-                return func(*args, **kwargs)
+                return self._view(func, args, kwargs)
             n_args, n_kwargs = self._narrow_to_written(func, args, kwargs, computed_only=True)
             try:
                 return func(*n_args, **n_kwargs)
@@ -174,15 +222,26 @@ class Float64Upcast(TorchDispatchMode):
                 return func(*n_args, **n_kwargs)
         return self._widen_and_run(func, args, kwargs)
 
+    def _cond(self, pred: Any, true_fn: Any, false_fn: Any, operands: Any) -> Any:
+        """`torch.cond` run eagerly, as its dense kernel runs it (the branch `pred` picks, on the operands), with this
+        mode on: a branch's ops on the module's float32 parameters compute in float64 as the program's others do.
+        Run as an operator with this mode off, `linear(float64 input, float32 weight)` inside raised."""
+        with self:
+            return (true_fn if bool(pred) else false_fn)(*operands)
+
     def _widen_and_run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """A functional op on float64 copies of its floating arguments; what it returns is filed as values the
         program holds in the arguments' dtype."""
         floats = [t for t in tree_flatten((args, kwargs))[0]
                   if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
-        if not any(t.dtype in _WIDER for t in floats):
-            return func(*args, **kwargs)  # factories and float64 math: nothing to widen
+        if not floats:
+            return func(*args, **kwargs)  # factories and integer math: nothing to widen
         program = functools.reduce(torch.promote_types, [self._program_dtype.get(t, t.dtype) for t in floats])
-        wide_args, wide_kwargs = tree_map_only(torch.Tensor, lambda t: t.to(_WIDER.get(t.dtype, t.dtype)), (args, kwargs))
+        # Float64 math already (on computed values, whose results are filed below too, or on the program's own
+        # float64 tensors) runs as it is.
+        wide_args, wide_kwargs = (
+            tree_map_only(torch.Tensor, lambda t: t.to(_WIDER.get(t.dtype, t.dtype)), (args, kwargs))
+            if any(t.dtype in _WIDER for t in floats) else (args, kwargs))
         out = func(*wide_args, **wide_kwargs)
         for i in _UNANNOTATED_WRITES.get(func, ()):
             # Written into the wide copy: store it where the program keeps it (a BatchNorm's running statistics).
@@ -233,8 +292,29 @@ class Float64Upcast(TorchDispatchMode):
 
         return tree_map_only(torch.Tensor, narrow, (args, kwargs))
 
-    def _random(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """Draw in the program's dtype, so the numbers equal the float32 run's; an in-place draw is written back."""
+    def _view(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A view, filed as its base is: `q.transpose(1, 2)` of a computed value is one the program holds in float32
+        (attention then reads it with the program's float32 cache)."""
+        out = func(*args, **kwargs)
+        base = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if base is not None and base in self._program_dtype:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.dtype == base.dtype:
+                    self._program_dtype[t] = self._program_dtype[base]
+        return out
+
+    def _copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A copy in the source's dtype, filed as the source is: a float32 tensor's copy stays float32 (a deep copy
+        of a model is the program's float32 parameters, which `_foreach_lerp_` then updates with float32 ones)."""
+        out = func(*args, **kwargs)
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if source is not None and source in self._program_dtype and isinstance(out, torch.Tensor):
+            self._program_dtype[out] = self._program_dtype[source]
+        return out
+
+    def _in_program_dtypes(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run on the values in the dtypes the program has them in: a random draw, so the numbers equal the float32
+        run's (an in-place draw is written back); a fake-quantize op, which takes no float64 scale."""
         pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def narrow(t: torch.Tensor) -> torch.Tensor:
