@@ -35,7 +35,10 @@ raised there. `_OneFloatDtype` widens the narrower tensors of such a call
 (exactly: their values are float32 numbers); an RNN module's computed input
 is rounded to its weights' dtype, as the program has it, and the RNN's math
 inside still runs in float64 (without cuDNN and oneDNN, whose RNN layers have
-no float64 kernel).
+no float64 kernel). Copies keep the source's dtype (a deep-copied model stays
+float32), fake-quantize ops run in the program's dtypes like random ops, a
+gradient hook's result is rounded to the gradient's dtype, and `torch.cond`
+runs its branch with this mode on.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ _WIDER = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bflo
 
 
 # Factories that take a tensor for its shape and dtype (an optimizer's state: `zeros_like(param)`), or its dtype
-# alone (spectral norm's `weight.new_empty(h).normal_()`: made float64, it drew other numbers than the program).
+# alone (spectral norm's `weight.new_empty(h)`).
 _LIKE_FACTORIES = frozenset({torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
                              torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default,
                              torch.ops.aten.new_empty.default, torch.ops.aten.new_zeros.default,
