@@ -143,7 +143,6 @@ def parse_post_grad_graph(text: str) -> dict[str, PostGradNode]:
     return nodes
 
 
-
 def nonfinite_constant_nodes(text: str) -> set[str]:
     """Post-grad nodes with a NaN/Inf literal argument: they write a non-finite constant (a causal
     mask's `full(-inf)`, SDPA's boolean mask turned into `where(mask, 0, -inf)`), on purpose."""

@@ -9,7 +9,8 @@ annotation, which FX prints in that string (`# Annotation: {'tracediff_aten': 't
 so it reaches warm cache loads as well (`aten_annotation.annotated_op` reads it back). The pass changes no node,
 and its `uuid` keys inductor's caches.
 
-Pinned torch internals (tests/test_torch_pins.py): `config.post_grad_custom_post_pass`, `CustomGraphPass`, the `Annotation:` summary of `GraphModule.print_readable` (values over 40 characters cut).
+Pinned torch internals (tests/test_torch_pins.py): `config.post_grad_custom_post_pass`, `CustomGraphPass`, the
+`Annotation:` summary of `GraphModule.print_readable` (values over 40 characters cut).
 """
 
 from __future__ import annotations

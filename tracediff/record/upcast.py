@@ -209,12 +209,12 @@ class Float64Upcast(TorchDispatchMode):
         if self.exact_casts and func is torch.ops.aten._to_copy.default:
             kwargs = self._widened_cast(args, kwargs)
         elif not self.exact_casts and _copies_exactly(func, kwargs):
-            return self._copy(func, args, kwargs)
+            return self._as_its_source(func, args, kwargs)
         if func in _LIKE_FACTORIES:
             return func(*args, **kwargs)  # reads only the shape and dtype: the program's dtype, like `torch.zeros`
         if _aliases_or_writes(func):
             if not func._schema.is_mutable:
-                return self._view(func, args, kwargs)
+                return self._as_its_source(func, args, kwargs)
             n_args, n_kwargs = self._narrow_to_written(func, args, kwargs, computed_only=True)
             try:
                 return func(*n_args, **n_kwargs)
@@ -280,7 +280,8 @@ class Float64Upcast(TorchDispatchMode):
         program does: some ops (lerp_) refuse mixed dtypes, and the result is stored narrow anyway."""
         schema = func._schema
         # A foreach op writes lists of tensors (Adam's `_foreach_lerp_(exp_avgs, grads, w)` on CUDA).
-        written = tree_flatten([args[i] if i < len(args) else kwargs.get(a.name) for i, a in enumerate(schema.arguments)
+        written = tree_flatten([args[i] if i < len(args) else kwargs.get(a.name)
+                                for i, a in enumerate(schema.arguments)
                                 if a.alias_info is not None and a.alias_info.is_write])[0]
         dtypes = {t.dtype for t in written if isinstance(t, torch.Tensor) and t.dtype in _WIDER}
         if len(dtypes) != 1:
@@ -295,24 +296,17 @@ class Float64Upcast(TorchDispatchMode):
 
         return tree_map_only(torch.Tensor, narrow, (args, kwargs))
 
-    def _view(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """A view, filed as its base is: `q.transpose(1, 2)` of a computed value is one the program holds in float32
-        (attention then reads it with the program's float32 cache)."""
-        out = func(*args, **kwargs)
-        base = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if base is not None and base in self._program_dtype:
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.dtype == base.dtype:
-                    self._program_dtype[t] = self._program_dtype[base]
-        return out
-
-    def _copy(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """A copy in the source's dtype, filed as the source is: a float32 tensor's copy stays float32 (a deep copy
-        of a model is the program's float32 parameters, which `_foreach_lerp_` then updates with float32 ones)."""
+    def _as_its_source(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A view or an exact copy, run as it is and filed as its source (the first argument) is: `q.transpose(1, 2)`
+        of a computed value is one the program holds in float32 (attention then reads it with the program's float32
+        cache); a deep copy of a model keeps the program's float32 parameters (`_foreach_lerp_` then updates them
+        with float32 ones)."""
         out = func(*args, **kwargs)
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if source is not None and source in self._program_dtype and isinstance(out, torch.Tensor):
-            self._program_dtype[out] = self._program_dtype[source]
+        if source is not None and source in self._program_dtype:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.dtype == source.dtype:
+                    self._program_dtype[t] = self._program_dtype[source]
         return out
 
     def _in_program_dtypes(self, func: Any, args: tuple, kwargs: dict) -> Any:
