@@ -2450,3 +2450,24 @@ def test_a_kernel_whose_last_node_came_from_another_op_computes_past_the_op_it_d
              "in": [], "out": []}
     assert computes_past(kernel(node("aten::mul.Tensor", "aten::_scaled_dot_product_flash_attention_backw..."),
                                 node("aten::add.Tensor", "aten::add")), flash)
+
+
+@pytest.mark.parametrize(("scale", "verdict"), [(1.0, "match"), (1.01, "diverged")])
+def test_a_kernel_holding_the_sum_its_mean_divides_later_agrees(tmp_path: Path, scale: float, verdict: str) -> None:
+    """CUDA inductor (ConvNeXt's pooled features, H200): `mean` is lowered to a sum and a division inlined into
+    the kernel that reads it, so the buffer of the kernel named for the mean holds the sum, 64 times A's mean.
+    That is A's value, not a difference; a sum 1% off still is one."""
+    x = torch.linspace(-1, 2, 4 * 32 * 64).reshape(4, 32, 8, 8)
+    mean = x.mean([-2, -1])
+    total = x.sum([-2, -1]) * scale
+    a, b = TraceBuilder(tmp_path / "a.jsonl"), TraceBuilder(tmp_path / "b.jsonl", "inductor")
+    a.op("aten::mean.dim", [a.tensor("x", x)], [a.tensor("m", mean, "0")], src="m.py:5")
+    a.op("aten::tanh", [a.tensor("m", mean)], [a.tensor("t", mean.tanh(), "0")], src="m.py:6")
+    b.kernel("triton_per_fused_mean_0", [b.tensor("x", x, "in_ptr0")], [b.tensor("buf", total, "out_ptr0")],
+             src="m.py:5", fuses=["aten::mean.dim"])
+    b.kernel("triton_poi_fused_tanh_1", [b.tensor("buf", total, "in_ptr0")],
+             [b.tensor("buf2", (total / 64).tanh(), "out_ptr0")], src="m.py:6", fuses=["aten::tanh"])
+    report = _report(a.close(), b.close())
+    assert report["verdict"] == verdict, report["first_divergence"]
+    if verdict == "diverged":
+        assert report["first_divergence"]["source"] == "m.py:5", report["first_divergence"]
