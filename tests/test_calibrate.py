@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.conftest import FIXTURES, TRACES_ONLY, invoke, marker_line
 from tests.synth import TraceBuilder
@@ -315,3 +316,29 @@ def test_attention_without_dropout_on_a_view_and_a_float32_cache_and_a_gradient_
     assert got[0].dtype == torch.float64 and torch.allclose(got[0].float(), expected[0], atol=1e-6)
     assert torch.allclose(got[1].float(), expected[1], atol=1e-5)  # through the hook, as the program's
 
+
+
+class _CudasSoftmaxChecks(TorchDispatchMode):
+    """CUDA's softmax kernels' dtype checks, on any device: the backward's gradient is in `input_dtype`, and the
+    forward converts only a half input to float."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        aten = torch.ops.aten
+        if func in (aten._log_softmax_backward_data.default, aten._softmax_backward_data.default):
+            assert args[0].dtype == args[3], f"expected input and grad types to match: {args[0].dtype}, {args[3]}"
+        if func in (aten._log_softmax.default, aten._softmax.default) and args[2]:
+            assert args[0].dtype == torch.float16, "conversion is supported for Half type only"
+        return func(*args, **(kwargs or {}))
+
+
+def test_softmax_backward_runs_in_float64_where_cuda_checks_its_dtypes() -> None:
+    """A bf16-autocast GPT-2's loss on an H200: the float64 run's softmax backward got float64 gradients with
+    `input_dtype` float32, which CUDA refuses; a half softmax to float sets `half_to_float`, for half inputs only."""
+    logits = torch.randn(4, 5, requires_grad=True)
+    half = torch.randn(4, 5).half()
+    with _CudasSoftmaxChecks(), Float64Upcast():
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 3]))
+        loss.backward()
+        probabilities = torch.ops.aten._softmax.default(half, 1, True)
+    assert loss.dtype == torch.float64 and logits.grad is not None and logits.grad.dtype == torch.float32
+    assert probabilities.dtype == torch.float64

@@ -107,6 +107,33 @@ class _OneFloatDtype(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _with_wide_dtype_arguments(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """An op on float64 tensors: its arguments that name their dtype, made float64 too. CUDA's softmax backward wants
+    its gradient in `input_dtype` ("expected input and grad types to match": a bf16-autocast GPT-2's loss), and its
+    forward converts only a half input to float (`half_to_float`); CPU ignores both."""
+    schema = getattr(func, "_schema", None)
+    first = args[0] if args else None
+    if schema is None or not isinstance(first, torch.Tensor) or first.dtype not in (torch.float64, torch.complex128):
+        return args, kwargs
+    positional, kwargs = list(args), dict(kwargs)
+    for i, argument in enumerate(schema.arguments):
+        in_args = i < len(positional)
+        if not in_args and argument.name not in kwargs:
+            continue
+        value = positional[i] if in_args else kwargs[argument.name]
+        if argument.name == "input_dtype" and value in _WIDER:
+            value = first.dtype
+        elif argument.name == "half_to_float" and value is True:
+            value = False
+        else:
+            continue
+        if in_args:
+            positional[i] = value
+        else:
+            kwargs[argument.name] = value
+    return tuple(positional), kwargs
+
+
 def _hook_in_grad_dtype(hook: Any) -> Any:
     """A tensor's gradient hook whose float64 result (computed from the float32 gradient autograd hands it) is
     rounded to that gradient's dtype, which autograd requires ("hook has changed the type of value")."""
@@ -245,6 +272,7 @@ class Float64Upcast(TorchDispatchMode):
         wide_args, wide_kwargs = (
             tree_map_only(torch.Tensor, lambda t: t.to(_WIDER.get(t.dtype, t.dtype)), (args, kwargs))
             if any(t.dtype in _WIDER for t in floats) else (args, kwargs))
+        wide_args, wide_kwargs = _with_wide_dtype_arguments(func, wide_args, wide_kwargs)
         out = func(*wide_args, **wide_kwargs)
         for i in _UNANNOTATED_WRITES.get(func, ()):
             # Written into the wide copy: store it where the program keeps it (a BatchNorm's running statistics).
