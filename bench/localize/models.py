@@ -17,9 +17,9 @@ import torch.nn.functional as F
 Work = Callable[[], list[torch.Tensor]]
 
 OWN = ("mlp", "cnn", "train_mlp")
-LIBRARY = ("gpt2", "llama", "bert", "train_gpt2", "train_gpt2_foreach")
+LIBRARY = ("gpt2", "llama", "bert", "train_gpt2", "train_gpt2_foreach", "deberta", "swin", "wav2vec2", "train_bart")
 NAMES = OWN + LIBRARY
-TRAINING = ("train_mlp", "train_gpt2", "train_gpt2_foreach")
+TRAINING = ("train_mlp", "train_gpt2", "train_gpt2_foreach", "train_bart")
 # A training model's unit of work is this many AdamW steps: from the second on, every compiled call reads
 # parameters AdamW moved by rounding, as in a real training run (issue 47).
 TRAIN_STEPS = 3
@@ -121,6 +121,8 @@ def build(name: str, device: str, backend: object) -> Work:
         config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                          num_attention_heads=2, vocab_size=100, max_position_embeddings=32)
         model = transformers.BertForMaskedLM(config).to(device)
+    elif name in ("deberta", "swin", "wav2vec2", "train_bart"):
+        return _more_library_models(name, device, backend)
     else:
         raise SystemExit(f"unknown model {name!r}; known: {', '.join(NAMES)}")
     tokens = _hf_tokens(device)
@@ -133,4 +135,48 @@ def build(name: str, device: str, backend: object) -> Work:
     def work() -> list[torch.Tensor]:
         with torch.no_grad():
             return [compiled(input_ids=tokens).logits]
+    return work
+
+
+def _more_library_models(name: str, device: str, backend: object) -> Work:
+    """DeBERTa-v2 (disentangled attention: relative positions gathered both ways), Swin (shifted windows:
+    torch.roll and window partition views), wav2vec2 (convolutional feature encoder, group norm, a positional
+    convolution under weight norm) and BART trained (encoder-decoder with cross-attention)."""
+    import transformers
+
+    if name == "deberta":
+        model = transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
+            vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=32, relative_attention=True, position_buckets=8, pos_att_type=["c2p", "p2c"],
+            num_labels=3)).to(device).eval()
+        tokens = _hf_tokens(device)
+        compiled = torch.compile(model, backend=backend)
+        return _no_grad(lambda: compiled(input_ids=tokens).logits)
+    if name == "swin":
+        model = transformers.SwinForImageClassification(transformers.SwinConfig(
+            image_size=32, patch_size=2, num_channels=3, embed_dim=16, depths=[2, 2], num_heads=[2, 4],
+            window_size=4, num_labels=5)).to(device).eval()
+        images = torch.randn(2, 3, 32, 32, device=device)
+        compiled = torch.compile(model, backend=backend)
+        return _no_grad(lambda: compiled(pixel_values=images).logits)
+    if name == "wav2vec2":
+        model = transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(
+            vocab_size=12, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+            num_conv_pos_embedding_groups=4, feat_extract_norm="group")).to(device).eval()
+        audio = torch.randn(2, 800, device=device)
+        compiled = torch.compile(model, backend=backend)
+        return _no_grad(lambda: compiled(input_values=audio).logits)
+    model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)).to(device)
+    source, labels = _hf_tokens(device), _hf_tokens(device, seq=8)
+    return _train(model, lambda m: m(input_ids=source, labels=labels).loss, backend)
+
+
+def _no_grad(forward: Callable[[], torch.Tensor]) -> Work:
+    def work() -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [forward()]
     return work
