@@ -511,3 +511,16 @@ def test_calls_under_inference_mode_are_judged() -> None:
         assert [c["ph"] for c in sink.checks] == ["fw"] and not sink.checks[0].get("unjudged")
         assert [o["name"] for o in sink.checks[0]["outs"]] == ["out0", "cache (written in place)"]
         assert bool(sink.wrong()) is wrong
+
+
+def test_a_small_gradient_is_judged_on_its_own_size_not_the_absolute_tolerance() -> None:
+    """BART trained under inductor with the encoder's fc2 bias gradient (rms 5e-5) 1% off: within float32's atol
+    of 1e-6, yet Adam scales a gradient by its own size and the weights moved beyond the tolerance. Forward values
+    of that size keep the atol; a gradient rounded as eager rounds still passes."""
+    torch.manual_seed(0)
+    exact = torch.randn(32, dtype=torch.float64) * 5e-5
+    eager = exact.float()
+    assert judge(measure("grad of fc2.bias", (exact * 1.01).float(), eager, exact), F32).wrong  # type: ignore[arg-type]
+    assert not judge(measure("out0", (exact * 1.01).float(), eager, exact), F32).wrong  # type: ignore[arg-type]
+    rounded = (exact * (1 + 2 ** -24)).float()  # one rounding away from eager's
+    assert not judge(measure("grad of fc2.bias", rounded, eager, exact), F32).wrong  # type: ignore[arg-type]
