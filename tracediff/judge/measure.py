@@ -14,6 +14,9 @@ roundoff (float32 2**-24, bfloat16 2**-8, float16 2**-11); M is 2, or 3 for 16-b
 by luck). The same test on the largest element-wise error (max instead of rms, with 4x the allowance) catches
 a few wrong elements in a large tensor, which an rms hides.
 
+For a gradient, atol is at most 1e-3 * rms(r), but at least 10 * rms(e - r) and atol / 100: Adam reads a
+gradient at its own size (GRADIENT_ATOL_SHARE).
+
 A compiled output closer to float64 than eager's is right, unless it changes the result grossly: beyond the
 tolerance and by more than 5% of the output's size (the larger rms of c and e), with its error from float64 at
 most half eager's. That is the compiled code computing in more precision than the program's dtype says (bf16

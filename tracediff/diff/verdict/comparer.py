@@ -98,9 +98,9 @@ class Comparer:
                 passed.append((ta, tb, result))
         return out, compared
 
-
     def _compare(self, fa: Fingerprint, fb: Fingerprint, tolerance: Tolerance, ra: TraceRecord, side: str,
                  ta: Tensor) -> TensorComparison:
+        """`fb` against `fa` at `tolerance`, and within A's calibrated noise where there is one (counted)."""
         if self.noise is None or tolerance.rtol <= 0:
             return compare_fingerprints(fa, fb, tolerance)
         noise = self.noise.get(ra["i"], side, ta["a"])
