@@ -65,10 +65,19 @@ class CNN(nn.Module):
 
 def _forward(model: nn.Module, *inputs: torch.Tensor, backend: object) -> Work:
     compiled = torch.compile(model, backend=backend)
+    return _no_grad(lambda: compiled(*inputs))
 
+
+def _logits(model: nn.Module, backend: object, **inputs: torch.Tensor) -> Work:
+    """A library model's forward in eval mode, compiled: its logits."""
+    compiled = torch.compile(model.eval(), backend=backend)
+    return _no_grad(lambda: compiled(**inputs).logits)
+
+
+def _no_grad(forward: Callable[[], torch.Tensor]) -> Work:
     def work() -> list[torch.Tensor]:
         with torch.no_grad():
-            return [compiled(*inputs)]
+            return [forward()]
     return work
 
 
@@ -129,13 +138,7 @@ def build(name: str, device: str, backend: object) -> Work:
     if name in ("train_gpt2", "train_gpt2_foreach"):
         return _train(model, lambda m: m(input_ids=tokens, labels=tokens).loss, backend,
                       foreach=True if name == "train_gpt2_foreach" else None)
-    model.eval()
-    compiled = torch.compile(model, backend=backend)
-
-    def work() -> list[torch.Tensor]:
-        with torch.no_grad():
-            return [compiled(input_ids=tokens).logits]
-    return work
+    return _logits(model, backend, input_ids=tokens)
 
 
 def _more_library_models(name: str, device: str, backend: object) -> Work:
@@ -148,35 +151,22 @@ def _more_library_models(name: str, device: str, backend: object) -> Work:
         model = transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
             vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             max_position_embeddings=32, relative_attention=True, position_buckets=8, pos_att_type=["c2p", "p2c"],
-            num_labels=3)).to(device).eval()
-        tokens = _hf_tokens(device)
-        compiled = torch.compile(model, backend=backend)
-        return _no_grad(lambda: compiled(input_ids=tokens).logits)
+            num_labels=3)).to(device)
+        return _logits(model, backend, input_ids=_hf_tokens(device))
     if name == "swin":
         model = transformers.SwinForImageClassification(transformers.SwinConfig(
             image_size=32, patch_size=2, num_channels=3, embed_dim=16, depths=[2, 2], num_heads=[2, 4],
-            window_size=4, num_labels=5)).to(device).eval()
-        images = torch.randn(2, 3, 32, 32, device=device)
-        compiled = torch.compile(model, backend=backend)
-        return _no_grad(lambda: compiled(pixel_values=images).logits)
+            window_size=4, num_labels=5)).to(device)
+        return _logits(model, backend, pixel_values=torch.randn(2, 3, 32, 32, device=device))
     if name == "wav2vec2":
         model = transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(
             vocab_size=12, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
-            num_conv_pos_embedding_groups=4, feat_extract_norm="group")).to(device).eval()
-        audio = torch.randn(2, 800, device=device)
-        compiled = torch.compile(model, backend=backend)
-        return _no_grad(lambda: compiled(input_values=audio).logits)
+            num_conv_pos_embedding_groups=4, feat_extract_norm="group")).to(device)
+        return _logits(model, backend, input_values=torch.randn(2, 800, device=device))
     model = transformers.BartForConditionalGeneration(transformers.BartConfig(
         vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32,
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)).to(device)
     source, labels = _hf_tokens(device), _hf_tokens(device, seq=8)
     return _train(model, lambda m: m(input_ids=source, labels=labels).loss, backend)
-
-
-def _no_grad(forward: Callable[[], torch.Tensor]) -> Work:
-    def work() -> list[torch.Tensor]:
-        with torch.no_grad():
-            return [forward()]
-    return work
