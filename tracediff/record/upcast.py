@@ -117,21 +117,23 @@ def _with_wide_dtype_arguments(func: Any, args: tuple, kwargs: dict) -> tuple[tu
         return args, kwargs
     positional, kwargs = list(args), dict(kwargs)
     for i, argument in enumerate(schema.arguments):
-        in_args = i < len(positional)
-        if not in_args and argument.name not in kwargs:
-            continue
-        value = positional[i] if in_args else kwargs[argument.name]
+        value = _argument_value(args, kwargs, i, argument)
         if argument.name == "input_dtype" and value in _WIDER:
             value = first.dtype
         elif argument.name == "half_to_float" and value is True:
             value = False
         else:
             continue
-        if in_args:
+        if i < len(positional):
             positional[i] = value
         else:
             kwargs[argument.name] = value
     return tuple(positional), kwargs
+
+
+def _argument_value(args: tuple, kwargs: dict, i: int, argument: Any) -> Any:
+    """The value a call passes for its schema's `i`-th argument: positionally, by keyword, or by default."""
+    return args[i] if i < len(args) else kwargs.get(argument.name, argument.default_value)
 
 
 def _hook_in_grad_dtype(hook: Any) -> Any:
@@ -172,8 +174,7 @@ def _without_dropout(func: Any, args: tuple, kwargs: dict) -> bool:
     """An attention op called with `dropout_p=0` draws nothing: its math runs in float64 like any other op's."""
     for i, argument in enumerate(func._schema.arguments):
         if argument.name == "dropout_p":
-            value = args[i] if i < len(args) else kwargs.get("dropout_p", argument.default_value)
-            return value == 0
+            return _argument_value(args, kwargs, i, argument) == 0
     return False
 
 
@@ -308,8 +309,7 @@ class Float64Upcast(TorchDispatchMode):
         program does: some ops (lerp_) refuse mixed dtypes, and the result is stored narrow anyway."""
         schema = func._schema
         # A foreach op writes lists of tensors (Adam's `_foreach_lerp_(exp_avgs, grads, w)` on CUDA).
-        written = tree_flatten([args[i] if i < len(args) else kwargs.get(a.name)
-                                for i, a in enumerate(schema.arguments)
+        written = tree_flatten([_argument_value(args, kwargs, i, a) for i, a in enumerate(schema.arguments)
                                 if a.alias_info is not None and a.alias_info.is_write])[0]
         dtypes = {t.dtype for t in written if isinstance(t, torch.Tensor) and t.dtype in _WIDER}
         if len(dtypes) != 1:
