@@ -110,6 +110,15 @@ def unjudgeable(inputs: Sequence[Any]) -> str | None:
     return None
 
 
+def compiled_autograd_runs_the_backward() -> bool:
+    """Whether compiled autograd is on (`torch._dynamo.config.compiled_autograd`, or its context manager): it then
+    captures the backward, custom `autograd.Function`s' included, and dynamo traces it as a graph of its own. A tap's
+    backward (`_InputTap`) would be traced with it, tracediff's judging code compiled into the program's graphs."""
+    import torch._dynamo.compiled_autograd as compiled_autograd
+
+    return bool(torch._dynamo.config.compiled_autograd or compiled_autograd.compiled_autograd_enabled)
+
+
 def _storage_pointer(t: torch.Tensor) -> int | None:
     """The address of the memory `t` views, which tensors sharing it share; None where it has none to share."""
     try:
@@ -264,7 +273,7 @@ class JudgedGraph:
 
     def __init__(self, reference: torch.fx.GraphModule, compiled: Callable[..., Any], name: str, sink: CheckSink,
                  narrower: Narrower | None = None, attributes: Sequence[torch.Tensor] = (),
-                 policy: JudgePolicy | None = None) -> None:
+                 policy: JudgePolicy | None = None, unjudged_because: str | None = None) -> None:
         # The graph as dynamo gave it, before the backend changed it; the tensors it reads as attributes are
         # its last inputs (backend.reference_graph), `attributes` the program's own.
         self.reference = reference
@@ -274,6 +283,7 @@ class JudgedGraph:
         self.sink = sink
         self.narrower = narrower
         self.policy = policy or JudgePolicy()  # which calls are judged (the light mode's budget), shared by the run
+        self.unjudged_because = unjudged_because  # why no call of this graph is judged (backend.py), if none is
         self.calls = 0
         self.site: SourceLocation | None = None  # the program's line that made the latest call
         self.root: str | None = None  # the module the latest call's compiled region belongs to
@@ -312,7 +322,7 @@ class JudgedGraph:
         self.site = self.sink.user_line()
         self.root = self.sink.region_root
         inputs = [*args, *self.attributes]  # what the reference reads
-        reason = self.runs_a_transform or unjudgeable(inputs)
+        reason = self.unjudged_because or self.runs_a_transform or unjudgeable(inputs)
         if reason is not None:
             self._write_unjudged(call, "fw", reason, where)
             return self.compiled(*args)
@@ -337,6 +347,10 @@ class JudgedGraph:
             # output: no tap, and the backward unjudged.
             self._write_unjudged(call, "bw", "an output is a view of an input that requires gradients: its compiled "
                                  "backward is not tapped", where)
+            check = None
+        if check is not None and compiled_autograd_runs_the_backward():
+            self._write_unjudged(call, "bw", "its backward runs under compiled autograd, in a graph of its own "
+                                 "that is not judged: not tapped", where)
             check = None
         call_args = list(args)
         if check is not None:
