@@ -237,6 +237,46 @@ def test_storage_regrown_outside_the_dispatcher_reads_as_garbage_until_written(t
     assert read_after["in"][0]["fp"]["sum"] == 12.0
 
 
+def test_a_deep_copys_new_storage_is_garbage_until_its_copy_fills_it(tmp_path: Path) -> None:
+    """`deepcopy` (an SWA or EMA copy of a model) allocates a storage outside the dispatcher and fills it with the
+    storage's own `copy_`, through `set_` onto it: that `set_` reads the allocator's leftovers, which differ between
+    runs (`fused_adam_swa`: a false `diverged` at `AveragedModel(model)`); the copy's value is the program's."""
+    import copy
+
+    weight = torch.arange(32.0)
+    with tracediff.record(tmp_path / "t.jsonl"):
+        copied = copy.deepcopy(weight)
+        copied.mul(2)
+    assert torch.UntypedStorage.copy_ is torch._C.StorageBase.copy_  # the wrapper is gone
+    ops = _ops(tmp_path / "t.jsonl")
+    fresh, source = (r for r in ops if r["op"] == "aten::set_.source_Storage")
+    assert fresh["out"][0]["uninit"] is True and not source["out"][0].get("uninit")
+    storage_copy = next(r for r in ops if r["op"] == "aten::copy_")
+    assert storage_copy["in"][0]["id"] == fresh["out"][0]["id"] and not storage_copy["out"][0].get("uninit")
+    assert ops[-1]["in"][0]["fp"]["sum"] == float(weight.sum())
+
+
+def test_batch_norms_running_statistics_written_in_training_are_new_values(tmp_path: Path) -> None:
+    """Eager train-mode BatchNorm updates its running mean and variance inside `native_batch_norm`, whose schema
+    does not mark them written, and torch's version counter does not count it: a later read (an SWA copy of the
+    buffers, `fused_adam_swa`) was filed under the value before the update. In eval mode they are only read."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3)
+    x = torch.randn(8, 3) + 2.0
+    with tracediff.record(tmp_path / "t.jsonl"):
+        bn(x)
+        bn.running_mean.clone()  # read after the update
+        bn.eval()
+        bn(x)
+    ops = _ops(tmp_path / "t.jsonl")
+    train, evaluation = (r for r in ops if r["op"] == "aten::native_batch_norm")
+    read = next(r for r in ops if r["op"] == "aten::clone")
+    written_mean = next(o for o in train["out"] if o["a"] == "running_mean")
+    assert read["in"][0]["v"] == written_mean["v"]
+    assert read["in"][0]["fp"]["sum"] == pytest.approx(float(bn.running_mean.sum()))
+    assert {o["a"] for o in evaluation["out"]}.isdisjoint({"running_mean", "running_var"})
+
+
 def test_empty_filled_a_slice_at_a_time_reads_as_garbage_until_every_slice_is_written(tmp_path: Path) -> None:
     """CPU's `affine_grid` writes each channel of an `empty` base grid through a `select`, and selects the next
     channel from the whole base in between: that read sees the allocator's leftovers in the channels not yet

@@ -215,3 +215,23 @@ def test_post_grad_annotations_reach_the_graph_string_inductor_caches() -> None:
                                      fast_sympy_print=True)
     summaries = [row for row in text.splitlines() if row.lstrip().startswith("# Annotation")]
     assert summaries and {annotated_op(row) for row in summaries} == {"aten::threshold_backward"}, text
+
+
+def test_what_compiled_autograd_and_storage_copies_are_told_by() -> None:
+    # record/judging/graph.py and backend.py: whether compiled autograd is on, and a graph of its own by its compile id.
+    import torch._dynamo.compiled_autograd as compiled_autograd
+    from torch._guards import CompileId
+
+    assert isinstance(torch._dynamo.config.compiled_autograd, bool)
+    assert isinstance(compiled_autograd.compiled_autograd_enabled, bool)
+    assert CompileId(frame_id=None, frame_compile_id=None, compiled_autograd_id=0).compiled_autograd_id == 0
+    # record/storage_resizes.py: a storage's `copy_` is a method of the C base class, patched on UntypedStorage; a
+    # storage's clone (deepcopy) is a new storage filled by it.
+    assert "copy_" in torch._C.StorageBase.__dict__
+    import inspect
+
+    assert ".copy_(self)" in inspect.getsource(torch.storage._StorageBase.clone)
+    # record/op_info.py: batch norm's running statistics, written but not annotated (positions 3, 4; `training` 5).
+    schema = torch.ops.aten.native_batch_norm.default._schema
+    assert [a.name for a in schema.arguments][3:6] == ["running_mean", "running_var", "training"]
+    assert all(a.alias_info is None for a in schema.arguments[3:5])

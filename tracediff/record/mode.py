@@ -48,6 +48,7 @@ from tracediff.record.op_arguments import (
     output_tensors,
     tensor_arguments,
     tensor_version,
+    with_unannotated_writes,
 )
 from tracediff.record.op_info import OpInfo, device_waited_for, op_info_of
 from tracediff.record.op_outputs import describe_outputs
@@ -358,6 +359,8 @@ class TraceRecorder(TorchDispatchMode):
                 report()
             return func(*args, **kwargs)
         tensor_args = tensor_arguments(info, args, kwargs)
+        if info.unannotated_writes is not None:
+            tensor_args = with_unannotated_writes(info, args, tensor_args)
         if is_fake_context(tensor_args):
             return func(*args, **kwargs)
 

@@ -45,6 +45,17 @@ def tensor_arguments(info: OpInfo, args: tuple, kwargs: dict) -> list[TensorArgu
     return found
 
 
+def with_unannotated_writes(info: OpInfo, args: tuple, found: list[TensorArgument]) -> list[TensorArgument]:
+    """`found` with the arguments an op writes unannotated (op_info.UNANNOTATED_WRITES) marked written, where its
+    flag says it writes them this call (batch norm in training mode)."""
+    assert info.unannotated_writes is not None
+    positions, flag = info.unannotated_writes
+    if not (len(args) > flag and args[flag] is True):
+        return found
+    targets = {id(args[p]) for p in positions if p < len(args) and isinstance(args[p], torch.Tensor)}
+    return [(name, t, written or id(t) in targets, out) for name, t, written, out in found]
+
+
 def output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:
     """(position, tensor) for every tensor an op returned: "0", or "1.0" inside a returned list."""
     if isinstance(result, torch.Tensor):

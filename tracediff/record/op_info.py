@@ -61,6 +61,14 @@ _HOST_WAITS = frozenset({"aten::_local_scalar_dense", "aten::nonzero", "aten::ma
 _COPIES = frozenset({"aten::_to_copy", "aten::copy_"})
 
 
+# Ops that write arguments their schema does not mark as written, which torch's version counter does not count
+# either: batch norm's running mean and variance (positions 3 and 4), written when `training` (position 5) is
+# true. Eager CPU's train-mode BatchNorm runs `native_batch_norm`; a later read of the statistics (an SWA or EMA
+# copy of the buffers, an eval-mode forward) would otherwise be filed under the value before the update.
+UNANNOTATED_WRITES: dict[str, tuple[tuple[int, ...], int]] = {
+    name: ((3, 4), 5) for name in ("aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm")}
+
+
 def _is_written(arg: Any) -> bool:
     return arg is not None and arg.alias_info is not None and arg.alias_info.is_write
 
@@ -95,6 +103,12 @@ class OpInfo:
     returns_views: bool = False
     writes: bool = False  # some argument is written (in place, out=): only then can the op change a tensor it is given
     skipped: bool = False  # an op of a namespace that is never the program's computation (_SKIPPED_NAMESPACES)
+    # `set_` onto a storage: its result holds whatever that storage holds, which no op of the record wrote if the
+    # storage is new (record/storage_resizes.py: a storage's own `copy_` into a fresh one, as `deepcopy` makes it).
+    sets_storage: bool = False
+    # Arguments written though the schema does not say so, and the flag argument that says whether they are
+    # (UNANNOTATED_WRITES); None for every other op.
+    unannotated_writes: tuple[tuple[int, ...], int] | None = None
 
     @classmethod
     def of(cls, func: Any) -> OpInfo:
@@ -103,14 +117,18 @@ class OpInfo:
         arguments = tuple((a.name, _is_written(a), _is_out_buffer(a)) for a in func._schema.arguments)
         schema_name = func._schema.name
         takes_floats = any(kind in str(a.type) for a in func._schema.arguments for kind in ("float", "Scalar", "number"))
+        unannotated = UNANNOTATED_WRITES.get(schema_name) if func._overloadname == "default" else None
         return cls(op_name(func), arguments, {a[0]: a for a in arguments},
                    schema_name in _LAYOUT_VIEWS, schema_name in _REORDERING_VIEWS,
                    schema_name in UNINITIALIZED_OUTPUT_OPS,
                    _SCRATCH_OUTPUTS.get(schema_name, frozenset()), schema_name in _STORAGE_ALIASES,
                    _collective(func), takes_floats,
                    "always" if schema_name in _HOST_WAITS else "copy" if schema_name in _COPIES else None,
-                   returns_views=_returns_views(func._schema), writes=any(written for _, written, _ in arguments),
-                   skipped=func.namespace in _SKIPPED_NAMESPACES)
+                   returns_views=_returns_views(func._schema),
+                   writes=unannotated is not None or any(written for _, written, _ in arguments),
+                   skipped=func.namespace in _SKIPPED_NAMESPACES,
+                   sets_storage=schema_name == "aten::set_" and func._overloadname.startswith("source_Storage"),
+                   unannotated_writes=unannotated)
 
     @classmethod
     def of_higher_order(cls, func: HigherOrderOperator) -> OpInfo:

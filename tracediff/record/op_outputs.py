@@ -50,6 +50,8 @@ def describe_outputs(tensors: TensorDescriber, info: OpInfo, tensor_args: list[T
     if info.uninitialized:
         for _, t in returned:
             tensors.unwritten(t)  # garbage until written whole, however many ops that takes
+    if info.sets_storage and returned and tensors.resizes.being_filled(returned[0][1]):
+        outputs[0]["uninit"] = True  # a fresh storage its own `copy_` is about to fill whole: garbage until then
     return outputs
 
 

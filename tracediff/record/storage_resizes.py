@@ -15,6 +15,11 @@ base in between reads the allocator's leftovers in the channels not written yet,
 and mean nothing. So an `empty` storage (`unwritten`) once partly written is read as garbage too, until
 writes through its views have covered all its bytes; unlike a regrown one, it is no new value the version
 counter missed.
+
+`deepcopy` of a tensor (of a model: an EMA or SWA copy, `AveragedModel`) allocates a new storage outside the
+dispatcher and fills it with the storage's own `copy_`, which views both storages as byte tensors (`set_`) and
+copies: the view of the new one holds the allocator's leftovers, which differ between runs. While such a `copy_`
+runs, its destination is `being_filled`, and the recorder marks a `set_` onto it uninitialized.
 """
 
 from __future__ import annotations
@@ -58,8 +63,12 @@ class StorageResizes:
         # value, which the diff follows), so kept out of `grown`, which the recorder tests on every read; only
         # writes look here, and the first partial one moves the storage to `grown`.
         self.fresh: dict[int, int] = {}
+        # The storage a storage's own `copy_` is filling whole now (its StorageImpl's address), or None.
+        self.filling: int | None = None
         self._original: Any = None
         self._owned_attribute = False  # the class had no `resize_` of its own: delete ours on exit
+        self._original_copy: Any = None
+        self._owned_copy = False  # the same for `copy_`
 
     def __enter__(self) -> StorageResizes:
         cls = torch.UntypedStorage
@@ -77,7 +86,26 @@ class StorageResizes:
             return result
 
         cls.resize_ = resize_  # type: ignore[method-assign,assignment]
+        self._watch_storage_copies(cls)
         return self
+
+    def _watch_storage_copies(self, cls: type) -> None:
+        self._owned_copy = "copy_" not in cls.__dict__
+        original = self._original_copy = cls.copy_  # type: ignore[attr-defined]
+        resizes = self
+
+        def copy_(storage: torch.UntypedStorage, source: Any, *args: Any, **kwargs: Any) -> Any:
+            outer, resizes.filling = resizes.filling, storage._cdata
+            try:
+                return original(storage, source, *args, **kwargs)
+            finally:
+                resizes.filling = outer
+
+        cls.copy_ = copy_  # type: ignore[attr-defined]
+
+    def being_filled(self, t: torch.Tensor) -> bool:
+        """Whether `t` views a storage that a storage's own `copy_` is filling whole now (the class's doc)."""
+        return self.filling is not None and _storage_key(t) == self.filling
 
     def __exit__(self, *exc: object) -> None:
         if self._original is None:
@@ -86,7 +114,12 @@ class StorageResizes:
             del torch.UntypedStorage.resize_
         else:
             torch.UntypedStorage.resize_ = self._original  # type: ignore[method-assign]
-        self._original = None
+        if self._owned_copy:
+            del torch.UntypedStorage.copy_
+        else:
+            torch.UntypedStorage.copy_ = self._original_copy  # type: ignore[method-assign]
+        self._original = self._original_copy = None
+        self.filling = None
         self.grown.clear()
         self.fresh.clear()
 

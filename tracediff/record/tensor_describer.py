@@ -60,6 +60,10 @@ class TensorDescriber:
         self._kernel_storages: dict[tuple[bool, int, int], tuple[weakref.ref, weakref.ref, list]] = {}
 
     @property
+    def resizes(self) -> StorageResizes:
+        return self._resizes
+
+    @property
     def forget_callback(self) -> Any:
         """The tensor table's weak references' callback (run from whatever frame a tensor dies in)."""
         return self._ids.forget_callback

@@ -54,6 +54,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from tracediff.record.op_info import UNANNOTATED_WRITES
+
 _WIDER = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
           torch.complex64: torch.complex128}
 
@@ -67,11 +69,11 @@ _LIKE_FACTORIES = frozenset({torch.ops.aten.zeros_like.default, torch.ops.aten.o
                              torch.ops.aten.new_empty_strided.default})
 
 
-# Ops that write arguments their schema does not mark as written: batch norm's running mean and variance
-# (positions 3 and 4), which a train-mode BatchNorm updates through `native_batch_norm` on CPU.
+# Ops that write arguments their schema does not mark as written (op_info.py): batch norm's running mean and
+# variance, which a train-mode BatchNorm updates through `native_batch_norm` on CPU.
 _UNANNOTATED_WRITES: dict[Any, tuple[int, ...]] = {
-    op: (3, 4) for op in (torch.ops.aten.native_batch_norm.default, torch.ops.aten.cudnn_batch_norm.default,
-                          torch.ops.aten.miopen_batch_norm.default)}
+    getattr(torch.ops.aten, name.removeprefix("aten::")).default: positions
+    for name, (positions, _) in UNANNOTATED_WRITES.items()}
 
 
 # Functions whose composite code refuses tensors of two floating dtypes before it dispatches (`Input type
