@@ -557,3 +557,20 @@ def test_fused_adamw_matches_by_the_trace_rules_too(run_fixture) -> None:
     pytest.importorskip("transformers")
     result = run_fixture("fused_adamw_train.py", "eager,inductor", "--no-same-inputs")
     assert result.exit_code == 0 and result.report["verdict"] == "match", result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("fixture", ["gpu/cudagraphs_train_batches.py", "gpu/manual_cuda_graph.py"])
+def test_each_cuda_graph_replay_is_read_as_a_new_value(run_fixture, fixture: str) -> None:
+    """H200, a new batch each step: a replay writes the static memory of its outputs without a version bump, and the
+    recorder filed each later read under the first replay's fingerprint. By the trace rules alone the compiled
+    region's output then differed from eager's from the third step on (`diverged`, though the losses agreed), and a
+    graph made by hand fed the same stale value to the compiled head for each batch."""
+    from tracediff.trace.reader import read_trace
+
+    result = run_fixture(fixture, "eager,inductor", TRACES_ONLY)
+    assert result.exit_code == 0 and result.report["verdict"] == "match", result.stdout[-3000:]
+    _, records = read_trace(result.report["traces"][1])
+    regions = [r for r in records if r["t"] == "region"]
+    seen = [r["out"][0] for r in regions if r["ev"] == "exit"] if "train" in fixture else \
+        [r["in"][0] for r in regions if r["ev"] == "enter"]
+    assert len(seen) >= 3 and len({t["fp"]["l2"] for t in seen}) == len(seen), seen  # each batch its own value

@@ -10,7 +10,9 @@ not tracked as outputs".
 
 So nothing is recorded while a CUDA graph is captured or while cudagraph trees run a call, and the
 fingerprints still queued are launched before a capture, a replay and each cudagraph trees call (a replay
-overwrites the outputs of the one before). A compiled region run as a CUDA graph is recorded by its call (its
+overwrites the outputs of the one before, and their version counters miss the write: each output a cudagraph
+trees call returns is counted a new value, and after a replay of a graph made by hand every CUDA tensor is). A
+compiled region run as a CUDA graph is recorded by its call (its
 inputs and its outputs, read after the replay, on the replay's stream) and judged on its own inputs, as under
 `--light`.
 
@@ -95,7 +97,9 @@ class CudaGraphGuard:
 
         def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
             guard.recorder.flush_fingerprints()  # the replay overwrites its outputs, which may be queued
-            return original(graph, *args, **kwargs)
+            result = original(graph, *args, **kwargs)
+            guard.recorder.tensors.cuda_written_unseen()  # which tensors it wrote, the recorder cannot see
+            return result
 
         return replay
 
@@ -107,8 +111,14 @@ class CudaGraphGuard:
             recorder.flush_fingerprints()
             previous = recorder.pause()
             try:
-                return original(manager, *args, **kwargs)
+                outputs = original(manager, *args, **kwargs)
             finally:
                 recorder.resume(previous)
+            # A replay writes the outputs' static memory, which the tensors returned by the call before may still
+            # hold, without a version bump: each is a new value.
+            for t in outputs if isinstance(outputs, (list, tuple)) else ():
+                if isinstance(t, torch.Tensor):
+                    recorder.tensors.written_unseen(t)
+            return outputs
 
         return run

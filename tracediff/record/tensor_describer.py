@@ -139,6 +139,21 @@ class TensorDescriber:
             described["uninit"] = True
         return described
 
+    def written_unseen(self, t: torch.Tensor) -> None:
+        """Code the recorder does not see wrote `t` without moving its version counter (a CUDA graph's replay into
+        its static outputs): its next read is a new value, fingerprinted again. A tensor never seen needs nothing."""
+        entry = self._ids.get(t)
+        if entry is not None:
+            self.storage(t, entry)[1][3] += 1
+
+    def cuda_written_unseen(self) -> None:
+        """A CUDA graph replayed (one made with `torch.cuda.graph`): it may have written the memory of any CUDA tensor
+        its capture wrote, which the recorder cannot tell apart, so every live CUDA tensor's next read is a new value."""
+        for ref, entry in list(self._table.values()):
+            t = ref()
+            if t is not None and t.is_cuda:
+                self.storage(t, entry)[1][3] += 1
+
     def unwritten(self, t: torch.Tensor) -> None:
         """`t` is `empty`'s memory: read its storage as garbage until ops have written all of it."""
         self._resizes.unwritten(t)
