@@ -35,6 +35,10 @@ KNOWN = {
         "diverged", "on CUDA only: 20 bf16-autocast AdamW steps; a bf16 value of the second step 1.2x the tolerance "
         "apart after differences below it, which the traces alone cannot tell from a fault; with --calibrate it "
         "matches, and judged (the default) it matches"),
+    ("fused_adam_swa", "trace-only"): (
+        "diverged", "a bias gradient of the second step 1.2x apart after BatchNorm: float32 rounding of the first "
+        "steps, which fused AdamW scales to lr whatever the gradient's size, then averaged into the SWA copy; the "
+        "traces alone cannot tell that from a fault; with --calibrate it matches (CPU and H200), and judged it matches"),
     ("ema_distill", "trace-only"): (
         "diverged", "the teacher starts equal to the student, so the loss is 0 and the gradients are rounding "
         "noise that AdamW's first step scales to lr; without the judge the traces cannot tell that from a fault"),
