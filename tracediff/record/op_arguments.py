@@ -10,6 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._python_dispatch import _get_current_dispatch_mode, _len_torch_dispatch_stack
 
 from tracediff.record.fingerprints.fingerprint import PLAIN_TENSORS
+from tracediff.record.identity import identity
 from tracediff.record.op_info import OpInfo
 
 # (argument name, tensor, written, out buffer)
@@ -52,8 +53,8 @@ def with_unannotated_writes(info: OpInfo, args: tuple, found: list[TensorArgumen
     positions, flag = info.unannotated_writes
     if not (len(args) > flag and args[flag] is True):
         return found
-    targets = {id(args[p]) for p in positions if p < len(args) and isinstance(args[p], torch.Tensor)}
-    return [(name, t, written or id(t) in targets, out) for name, t, written, out in found]
+    targets = {identity(args[p]) for p in positions if p < len(args) and isinstance(args[p], torch.Tensor)}
+    return [(name, t, written or identity(t) in targets, out) for name, t, written, out in found]
 
 
 def output_tensors(result: Any) -> list[tuple[str, torch.Tensor]]:

@@ -79,17 +79,17 @@ class JudgingBackend:
         self.graphs += 1
         narrower = PrefixSearch(self.inner) if self.narrow else None
         return JudgedGraph(reference, compiled, name, self.sink, narrower, attributes, self.policy,
-                           unjudged_because=_why_unjudged(gm))
+                           unjudged_because=_compiled_autograd_graph())
 
     def __getattr__(self, name: str) -> Any:
         # What dynamo asks of a backend object (its compiler config, reset) is the inner backend's.
         return getattr(self.inner, name)
 
 
-def _why_unjudged(gm: torch.fx.GraphModule) -> str | None:
-    """Why no call of a graph is judged, if so: a compiled autograd graph (the backward compiled autograd captured,
-    which accumulates the gradients into `.grad` as it goes, and returns nothing to compare); the trace rules still
-    see its kernels."""
+def _compiled_autograd_graph() -> str | None:
+    """Why no call of the graph being compiled is judged, if it is a compiled autograd graph (the backward compiled
+    autograd captured, which accumulates the gradients into `.grad` as it goes and returns nothing to compare); the
+    trace rules still see its kernels. None for any other graph."""
     compile_id = torch._guards.CompileContext.current_compile_id()
     if compile_id is not None and compile_id.compiled_autograd_id is not None:
         return "it is a backward that compiled autograd captured"
