@@ -17,9 +17,10 @@ import torch.nn.functional as F
 Work = Callable[[], list[torch.Tensor]]
 
 OWN = ("mlp", "cnn", "train_mlp")
-LIBRARY = ("gpt2", "llama", "bert", "train_gpt2", "train_gpt2_foreach", "deberta", "swin", "wav2vec2", "train_bart")
+LIBRARY = ("gpt2", "llama", "bert", "train_gpt2", "train_gpt2_foreach", "deberta", "swin", "wav2vec2", "train_bart",
+           "gemma2", "train_mistral")
 NAMES = OWN + LIBRARY
-TRAINING = ("train_mlp", "train_gpt2", "train_gpt2_foreach", "train_bart")
+TRAINING = ("train_mlp", "train_gpt2", "train_gpt2_foreach", "train_bart", "train_mistral")
 # A training model's unit of work is this many AdamW steps: from the second on, every compiled call reads
 # parameters AdamW moved by rounding, as in a real training run (issue 47).
 TRAIN_STEPS = 3
@@ -130,7 +131,7 @@ def build(name: str, device: str, backend: object) -> Work:
         config = transformers.BertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                          num_attention_heads=2, vocab_size=100, max_position_embeddings=32)
         model = transformers.BertForMaskedLM(config).to(device)
-    elif name in ("deberta", "swin", "wav2vec2", "train_bart"):
+    elif name in ("deberta", "swin", "wav2vec2", "train_bart", "gemma2", "train_mistral"):
         return _more_library_models(name, device, backend)
     else:
         raise SystemExit(f"unknown model {name!r}; known: {', '.join(NAMES)}")
@@ -144,8 +145,23 @@ def build(name: str, device: str, backend: object) -> Work:
 def _more_library_models(name: str, device: str, backend: object) -> Work:
     """DeBERTa-v2 (disentangled attention: relative positions gathered both ways), Swin (shifted windows:
     torch.roll and window partition views), wav2vec2 (convolutional feature encoder, group norm, a positional
-    convolution under weight norm) and BART trained (encoder-decoder with cross-attention)."""
+    convolution under weight norm), BART trained (encoder-decoder with cross-attention), Gemma-2 (attention and
+    final-logit soft-capping, alternating sliding-window layers) and Mistral trained (grouped-query attention with a
+    sliding window shorter than the sequence)."""
     import transformers
+
+    if name == "gemma2":
+        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=100, max_position_embeddings=32, sliding_window=8, attn_logit_softcapping=50.0,
+            final_logit_softcapping=30.0, attn_implementation="eager")).to(device)
+        return _logits(model, backend, input_ids=_hf_tokens(device))
+    if name == "train_mistral":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=100, max_position_embeddings=32, sliding_window=8, attn_implementation="sdpa")).to(device)
+        tokens = _hf_tokens(device)
+        return _train(model, lambda m: m(input_ids=tokens, labels=tokens).loss, backend)
 
     if name == "deberta":
         model = transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
