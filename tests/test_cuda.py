@@ -570,7 +570,7 @@ def test_each_cuda_graph_replay_is_read_as_a_new_value(run_fixture, fixture: str
     result = run_fixture(fixture, "eager,inductor", TRACES_ONLY)
     assert result.exit_code == 0 and result.report["verdict"] == "match", result.stdout[-3000:]
     _, records = read_trace(result.report["traces"][1])
-    regions = [r for r in records if r["t"] == "region"]
-    seen = [r["out"][0] for r in regions if r["ev"] == "exit"] if "train" in fixture else \
-        [r["in"][0] for r in regions if r["ev"] == "enter"]
+    # The compiled region's output after each replay (trees), or the compiled head's input read from it (by hand).
+    side, event = ("out", "exit") if "train" in fixture else ("in", "enter")
+    seen = [r[side][0] for r in records if r["t"] == "region" and r["ev"] == event]
     assert len(seen) >= 3 and len({t["fp"]["l2"] for t in seen}) == len(seen), seen  # each batch its own value

@@ -65,15 +65,23 @@ class StorageResizes:
         self.fresh: dict[int, int] = {}
         # The storage a storage's own `copy_` is filling whole now (its StorageImpl's address), or None.
         self.filling: int | None = None
-        self._original: Any = None
-        self._owned_attribute = False  # the class had no `resize_` of its own: delete ours on exit
-        self._original_copy: Any = None
-        self._owned_copy = False  # the same for `copy_`
+        # UntypedStorage's methods replaced while active: (name, the original, or None where the class had none of
+        # its own and ours is deleted on exit). Empty when not active.
+        self._replaced: list[tuple[str, Any]] = []
 
     def __enter__(self) -> StorageResizes:
+        self._replace("resize_", self._watching_resizes)
+        self._replace("copy_", self._watching_copies)
+        return self
+
+    def _replace(self, name: str, wrap: Callable[[Any], Any]) -> None:
+        """UntypedStorage's method `name` becomes `wrap(original)` until exit."""
         cls = torch.UntypedStorage
-        self._owned_attribute = "resize_" not in cls.__dict__
-        original = self._original = cls.resize_
+        original = getattr(cls, name)
+        self._replaced.append((name, original if name in cls.__dict__ else None))
+        setattr(cls, name, wrap(original))
+
+    def _watching_resizes(self, original: Callable[..., Any]) -> Callable[..., Any]:
         grown = self.grown
         before_resize = self._before_resize
 
@@ -85,13 +93,9 @@ class StorageResizes:
                 grown[storage._cdata] = False
             return result
 
-        cls.resize_ = resize_  # type: ignore[method-assign,assignment]
-        self._watch_storage_copies(cls)
-        return self
+        return resize_
 
-    def _watch_storage_copies(self, cls: type) -> None:
-        self._owned_copy = "copy_" not in cls.__dict__
-        original = self._original_copy = cls.copy_  # type: ignore[attr-defined]
+    def _watching_copies(self, original: Callable[..., Any]) -> Callable[..., Any]:
         resizes = self
 
         def copy_(storage: torch.UntypedStorage, source: Any, *args: Any, **kwargs: Any) -> Any:
@@ -101,24 +105,19 @@ class StorageResizes:
             finally:
                 resizes.filling = outer
 
-        cls.copy_ = copy_  # type: ignore[attr-defined]
+        return copy_
 
     def being_filled(self, t: torch.Tensor) -> bool:
         """Whether `t` views a storage that a storage's own `copy_` is filling whole now (the class's doc)."""
         return self.filling is not None and _storage_key(t) == self.filling
 
     def __exit__(self, *exc: object) -> None:
-        if self._original is None:
-            return
-        if self._owned_attribute:
-            del torch.UntypedStorage.resize_
-        else:
-            torch.UntypedStorage.resize_ = self._original  # type: ignore[method-assign]
-        if self._owned_copy:
-            del torch.UntypedStorage.copy_
-        else:
-            torch.UntypedStorage.copy_ = self._original_copy  # type: ignore[method-assign]
-        self._original = self._original_copy = None
+        while self._replaced:
+            name, original = self._replaced.pop()
+            if original is None:
+                delattr(torch.UntypedStorage, name)
+            else:
+                setattr(torch.UntypedStorage, name, original)
         self.filling = None
         self.grown.clear()
         self.fresh.clear()
@@ -137,7 +136,7 @@ class StorageResizes:
         """`t` is an `empty` op's output: read its storage as garbage until writes have covered it, or `t` dies (its
         storage may outlive it in a view, but must not outlive the entry: the address would be used again)."""
         key = _storage_key(t)
-        if key is None or self._original is None:
+        if key is None or not self._replaced:
             return
         nbytes = t.untyped_storage().nbytes()
         if nbytes:

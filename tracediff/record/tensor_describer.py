@@ -149,10 +149,10 @@ class TensorDescriber:
     def cuda_written_unseen(self) -> None:
         """A CUDA graph replayed (one made with `torch.cuda.graph`): it may have written the memory of any CUDA tensor
         its capture wrote, which the recorder cannot tell apart, so every live CUDA tensor's next read is a new value."""
-        for ref, entry in list(self._table.values()):
+        for ref, _ in list(self._table.values()):
             t = ref()
             if t is not None and t.is_cuda:
-                self.storage(t, entry)[1][3] += 1
+                self.written_unseen(t)
 
     def unwritten(self, t: torch.Tensor) -> None:
         """`t` is `empty`'s memory: read its storage as garbage until ops have written all of it."""
