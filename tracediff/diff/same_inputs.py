@@ -154,13 +154,13 @@ def rel_diff(m: Measurement) -> float | None:
 
 
 def _wrong_outputs(check: CheckRecord, config: Config) -> list[WrongOutput]:
-    from tracediff.judge.measure import Measurement, carried_tolerance, judge
+    from tracediff.judge.measure import Measurement, carried_tolerance, judge, tolerance_device
 
     wrong = []
     module = check.get("m")
     for record in check.get("outs") or ():
         m = Measurement.from_record(record)
-        tolerance = carried_tolerance(m, config.tolerance_for(m.dtype, "", module, m.device),
+        tolerance = carried_tolerance(m, config.tolerance_for(m.dtype, "", module, tolerance_device(m)),
                                       lambda dtype, device: config.tolerance_for(dtype, "", module, device))
         j = judge(m, tolerance)
         if j.wrong:

@@ -14,8 +14,9 @@ roundoff (float32 2**-24, bfloat16 2**-8, float16 2**-11); M is 2, or 3 for 16-b
 by luck). The same test on the largest element-wise error (max instead of rms, with 4x the allowance) catches
 a few wrong elements in a large tensor, which an rms hides.
 
-For a gradient, atol is at most 1e-3 * rms(r), but at least 10 * rms(e - r) and atol / 100: Adam reads a
-gradient at its own size (GRADIENT_ATOL_SHARE).
+A gradient is judged at its dtype's tolerance on the CPU, wherever it was computed (`tolerance_device`), and its
+atol is at most 1e-4 * rms(r), but at least 10 * rms(e - r) and atol / 100: Adam reads a gradient at its own size
+(GRADIENT_ATOL_SHARE), so a gradient 0.1% off moves every weight it reaches 0.1% otherwise.
 
 A compiled output closer to float64 than eager's is right, unless it changes the result grossly: beyond the
 tolerance and by more than 5% of the output's size (the larger rms of c and e), with its error from float64 at
@@ -49,10 +50,11 @@ MAX_ALLOWANCE = 4.0
 GROSS_CHANGE = 0.05
 # A gradient's absolute tolerance is at most this share of its own size: Adam divides a gradient by its own running
 # rms, so a small gradient counts in full (a bias gradient of rms 5e-5, 1% wrong, sat below float32's atol of 1e-6
-# while it moved BART's weights beyond the tolerance). Never below ten times eager's own error from float64, nor a
-# hundredth of the atol: a gradient that is zero in exact math (a convolution's bias before a batch norm) is
-# rounding noise the size of that error, and compiled code rounds otherwise.
-GRADIENT_ATOL_SHARE = 1e-3
+# while it moved BART's weights beyond the tolerance; an up projection's weight gradient 0.13% off passed a share of
+# 1e-3 on CUDA). Never below ten times eager's own error from float64, nor a hundredth of the atol: a gradient that
+# is zero in exact math (a convolution's bias before a batch norm) is rounding noise the size of that error, and
+# compiled code rounds otherwise.
+GRADIENT_ATOL_SHARE = 1e-4
 GRADIENT_NOISE_MULTIPLE = 10.0
 GRADIENT_ATOL_FLOOR = 1e-2
 
@@ -167,6 +169,19 @@ def default_tolerance(dtype: str, device: str = "cpu") -> Tolerance:
         or DEFAULT_TOLERANCES["float32"]
 
 
+def is_gradient(m: Measurement) -> bool:
+    return m.name.startswith("grad of")
+
+
+def tolerance_device(m: Measurement) -> str:
+    """The device whose tolerance judges `m`: its own, but the CPU's for a gradient. A device's looser entry
+    (`float32@cuda`) is for values whose reductions cuDNN and Triton order otherwise than each other; a gradient
+    keeps the CPU's, since an optimizer carries its error into every weight it moves (a 0.13% error passed
+    CUDA's rtol of 1e-3), and a reordered reduction is told from a fault by the second condition: no further from
+    float64 than eager."""
+    return "cpu" if is_gradient(m) else m.device
+
+
 def judge(m: Measurement, tolerance: Tolerance) -> Judgement:
     """Whether the compiled output is locally wrong, with the numbers that decided it."""
     if m.problem:
@@ -206,7 +221,7 @@ def _atol(m: Measurement, tolerance: Tolerance, scale: float, eager_error: float
     """The absolute tolerance for `m`, whose size (rms or largest value) is `scale` and eager's error from float64
     `eager_error` (rms or largest): a gradient's is GRADIENT_ATOL_SHARE of its size, within [GRADIENT_ATOL_FLOOR of
     the atol and GRADIENT_NOISE_MULTIPLE times eager's error, the atol]."""
-    if not m.name.startswith("grad of"):
+    if not is_gradient(m):
         return tolerance.atol
     floor = max(GRADIENT_ATOL_FLOOR * tolerance.atol, GRADIENT_NOISE_MULTIPLE * eager_error)
     return min(tolerance.atol, max(GRADIENT_ATOL_SHARE * scale, floor))
