@@ -114,6 +114,11 @@ class Config:
         device_type = device.split(":", 1)[0]
         return self.tolerances.get(f"{dtype}@{device_type}") or self.tolerances.get(dtype, self.tolerances["float32"])
 
+    @property
+    def ignores_any(self) -> bool:
+        """Are some ops or modules left out of the comparison (`ignore` in the config file)?"""
+        return bool(self.ignore_ops or self.ignore_modules)
+
     def is_ignored(self, op: str, module: str | None) -> bool:
         if op in self.ignore_ops or packet(op) in self.ignore_ops:
             return True

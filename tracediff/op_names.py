@@ -76,3 +76,8 @@ COLLECTIVE_NAMESPACES = ("c10d::", "_c10d_functional::", "_c10d_functional_autog
 def is_collective(op: str | None) -> bool:
     """`c10d::allreduce_`, `_c10d_functional::all_reduce`, `wait_tensor`, ...: a collective or its wait."""
     return bool(op) and str(op).startswith(COLLECTIVE_NAMESPACES)
+
+
+# Ops that move no values: their number differs between eager and compiled
+# runs for bookkeeping reasons (autograd detaches, aliasing), never numerics.
+NO_VALUE_OPS = frozenset({"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::_to_copy_meta"})

@@ -69,6 +69,8 @@ def _probe(directory: Path, what: str) -> None:
 TRACE_SUFFIX = ".jsonl"
 COMPRESSED_TRACE_SUFFIX = ".jsonl.zst"  # what `--compress` writes
 TRACE_SUFFIXES = (".jsonl.gz", COMPRESSED_TRACE_SUFFIX, TRACE_SUFFIX)
+# The digest index written beside each trace: `t.jsonl` -> `t.jsonl.idx` (trace/digest_index.py).
+INDEX_SUFFIX = ".idx"
 
 
 def rank_path(path: Path, environ: dict[str, str] | os._Environ[str] | None = None) -> Path:
@@ -115,7 +117,7 @@ def rank_set(path: Path) -> list[Path] | None:
         sets: dict[tuple[str, str], dict[int, Path]] = {}
         for child in sorted(path.iterdir()):
             found = _RANK_FILE.match(child.name)
-            if found and child.is_file():
+            if found and child.is_file() and not child.name.endswith(INDEX_SUFFIX):
                 sets.setdefault((found["stem"], found["rest"]), {})[int(found["rank"])] = child
         if not sets:
             raise UserError(f"{path}: a directory with no per-rank traces (name.rank0.jsonl, ...) in it")

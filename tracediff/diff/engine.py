@@ -19,6 +19,7 @@ from tracediff.diff.align import align_in_windows
 from tracediff.diff.noise import measure_noise
 from tracediff.diff.sample import AlignmentSample
 from tracediff.diff.second_process import can_fork_a_helper
+from tracediff.diff.shortcut import diff_by_shortcut
 from tracediff.diff.skeleton import Skeleton, build_skeleton
 from tracediff.diff.verdict import DiffResult, find_divergence
 from tracediff.trace.compression import estimated_text_bytes
@@ -32,6 +33,9 @@ _HEADER_NOISE = ("started", "t", "judged", "scope")
 _PARALLEL_BYTES = 64 * 2**20
 # From this size of the larger trace (about 300,000 records) a diff takes a minute or more: it reports its progress.
 PROGRESS_BYTES = 256 * 2**20
+# From this size of the larger trace the diff looks for stretches both traces hold alike (shortcut.py): a
+# diff this long takes ten seconds or more, and reading the digest indexes a fraction of a second.
+SHORTCUT_BYTES = 64 * 2**20
 
 Progress = Callable[[str], None]
 
@@ -61,14 +65,30 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
     then judged against each tensor's measured noise too (diff/noise.py).
     progress: told a line at each stage of a long diff (traces of PROGRESS_BYTES or more), and as the walk goes.
     """
-    if progress is not None and max(_text_bytes(path_a), _text_bytes(path_b)) < PROGRESS_BYTES:
+    largest = max(_text_bytes(path_a), _text_bytes(path_b))
+    if progress is not None and largest < PROGRESS_BYTES:
         progress = None
     with _no_cycle_collection():
-        a, b, partner, tier = aligned_skeletons(path_a, path_b, progress)
-        a.release_keys()
-        b.release_keys()
-        noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
-        return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise, progress=progress)
+        if sample is None and noise_trace is None and not config.ignores_any and largest >= SHORTCUT_BYTES:
+            def diff_kept(kept_a: Path, kept_b: Path, op_lines_a: set[int]) -> DiffResult:
+                return _diff_files(kept_a, kept_b, config, progress=progress, op_lines_a=op_lines_a)
+
+            result = diff_by_shortcut(Path(path_a), Path(path_b), diff_kept, progress)
+            if result is not None:
+                return result
+        return _diff_files(path_a, path_b, config, sample=sample, noise_trace=noise_trace, progress=progress)
+
+
+def _diff_files(path_a: str | Path, path_b: str | Path, config: Config, *, sample: AlignmentSample | None = None,
+                noise_trace: str | Path | None = None, progress: Progress | None = None,
+                op_lines_a: set[int] = frozenset()) -> DiffResult:  # type: ignore[assignment]
+    """The diff of two whole files. `op_lines_a`: ops A computes by line in records not in its file (shortcut.py)."""
+    a, b, partner, tier = aligned_skeletons(path_a, path_b, progress)
+    a.release_keys()
+    b.release_keys()
+    a.op_lines |= op_lines_a
+    noise = measure_noise(path_a, noise_trace, config.noise_factor) if noise_trace is not None else None
+    return find_divergence(a, b, partner, tier, config, sample=sample, noise=noise, progress=progress)
 
 
 def aligned_skeletons(path_a: str | Path, path_b: str | Path, progress: Progress | None = None

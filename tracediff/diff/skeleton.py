@@ -18,13 +18,9 @@ from typing import Any, NamedTuple
 
 from tracediff.diff.nan_origin import NanOrigin
 from tracediff.diff.place import makes_nonfinite
-from tracediff.op_names import base_op, is_collective, short
+from tracediff.op_names import NO_VALUE_OPS, base_op, is_collective, short
 from tracediff.trace.reader import Trace
 from tracediff.trace.schema import KERNEL, OP, REGION, CheckRecord, Fingerprint, Footer, Header, Tensor, TraceRecord
-
-# Ops that move no values: their number differs between eager and compiled
-# runs for bookkeeping reasons (autograd detaches, aliasing), never numerics.
-NO_VALUE_OPS = frozenset({"aten::detach", "aten::alias", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::_to_copy_meta"})
 
 
 def chain_op(record: TraceRecord) -> str | None:

@@ -70,6 +70,16 @@ def open_text(path: Path) -> IO[str]:
     return open(path, encoding="utf-8", errors="strict")
 
 
+def open_bytes(path: Path) -> IO[bytes]:
+    """The file's JSON lines as bytes, decompressed as its first bytes say (a plain file can seek)."""
+    kind = compression_of_file(path)
+    if kind is Compression.GZIP:
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if kind is Compression.ZSTD:
+        return io.BufferedReader(_ZstdReader(path), _READ_BYTES)
+    return open(path, "rb")
+
+
 # Compressed bytes read at once: about 1 MB once decompressed.
 _READ_BYTES = 1 << 17
 

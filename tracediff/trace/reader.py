@@ -31,7 +31,7 @@ from tracediff.trace.schema import (
 from tracediff.trace.zstd_file import read_last_frame
 
 
-def parse_line(text: str) -> Any:
+def parse_line(text: str | bytes) -> Any:
     """One JSON line. orjson parses trace records about twice as fast as json
     (most of a diff's time is parsing); json takes the rare line orjson
     refuses, e.g. `Infinity` from a float64 statistic that overflowed."""

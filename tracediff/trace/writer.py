@@ -11,8 +11,10 @@ from typing import IO, Any
 
 import orjson
 
+from tracediff.op_names import NO_VALUE_OPS, base_op
 from tracediff.trace.compression import Compression, compression_for_name
-from tracediff.trace.schema import FOOTER, HEADER, SCHEMA_VERSION
+from tracediff.trace.digest_index import DigestIndexWriter
+from tracediff.trace.schema import FOOTER, HEADER, OP, SCHEMA_VERSION
 from tracediff.trace.zstd_file import ZstdTraceFile
 
 # Flushing every record would dominate recording time; flushing never would
@@ -55,7 +57,8 @@ def _has_null_statistic(line: bytes) -> bool:
 
 
 class TraceWriter:
-    """Writes a header, then records as they come, then a footer on close."""
+    """Writes a header, then records as they come, then a footer on close; and the trace's digest index beside it
+    (trace/digest_index.py), which lets a diff of two long traces skip what both hold alike."""
 
     def __init__(self, path: str | os.PathLike[str], header: Mapping[str, Any]) -> None:
         self.path = Path(path)
@@ -64,8 +67,10 @@ class TraceWriter:
         self._unflushed = 0
         self.records = 0
         self._json = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
-        self._write_line({"t": HEADER, "schema": SCHEMA_VERSION, **header})
+        header_line = self._encode({"t": HEADER, "schema": SCHEMA_VERSION, **header})
+        self._file.write(header_line)
         self._file.flush()
+        self._index = DigestIndexWriter(self.path, header_line)
 
     def _encode(self, obj: dict[str, Any]) -> bytes:
         # orjson is ~10x faster than json, but writes NaN/Infinity as null: a line
@@ -78,11 +83,11 @@ class TraceWriter:
             line = (self._json(obj) + "\n").encode("utf-8")
         return line
 
-    def _write_line(self, obj: dict[str, Any]) -> None:
-        self._file.write(self._encode(obj))
-
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(self._encode(record))
+        line = self._encode(record)
+        self._file.write(line)
+        kind = record["t"]
+        self._index.add(line, kind, kind == OP and base_op(record["op"]) in NO_VALUE_OPS)
         self.records += 1
         self._unflushed += 1
         if self._unflushed >= _FLUSH_EVERY:
@@ -90,6 +95,7 @@ class TraceWriter:
 
     def flush(self) -> None:
         self._file.flush()
+        self._index.flush()
         self._unflushed = 0
 
     def close(self, footer: Mapping[str, Any] | None = None) -> None:
@@ -97,6 +103,8 @@ class TraceWriter:
         if self._file.closed:
             return
         line = self._encode({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
+        self._index.add(line, FOOTER)
+        self._index.close()
         if isinstance(self._file, ZstdTraceFile):  # the footer in a frame of its own, found from the file's end
             self._file.close_with_last_line(line)
             return
@@ -113,6 +121,7 @@ class TraceWriter:
         A zstd compressor is left alone for good (its worker threads stayed in
         the parent: `ZstdTraceFile.orphan_in_child`).
         """
+        self._index.silence_in_child()
         if isinstance(self._file, ZstdTraceFile):
             self._file.orphan_in_child()
         null = os.open(os.devnull, os.O_WRONLY)
@@ -125,3 +134,4 @@ class TraceWriter:
         """Close without a footer: the file reads back as truncated."""
         if not self._file.closed:
             self._file.close()
+            self._index.close()

@@ -47,6 +47,7 @@ class DiffResult:
     first: Divergence | None = None
     inherited: int = 0  # later records whose outputs also disagree
     inherited_complete: bool = True  # False: counting stopped at the limit
+    read_to: int | None = None  # where reading stopped (A's record index), if it stopped at the limit
     compared: int = 0  # paired records compared
     paired: int = 0
     unpaired_a: int = 0

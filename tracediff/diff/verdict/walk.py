@@ -164,6 +164,7 @@ class _Walker:
             result.inherited += bool(out_diffs)
             if result.inherited >= _INHERITED_LIMIT:
                 result.inherited_complete = False
+                result.read_to = ra["i"]
                 return False
             return True
         self._take(self._pair(ra, rb, by_name, value_tier, out_diffs, out_passed))

@@ -1,0 +1,319 @@
+"""The diff of two long traces that hold long stretches alike, without reading those stretches.
+
+Two runs of one program (a re-run, another machine, a golden trace) often record the same records, value for
+value, for most of their length. Their digest indexes (trace/digest_index.py) show where: `identical_stretches`
+matches the two sequences of digests, at C speed where they agree. The middle of each long stretch is left out,
+`CONTEXT` records on either side of what differs are kept, and the kept records, header and footer written as
+two shorter traces that the usual diff reads (engine.py): what is left out are pairs of records with equal
+values, which can neither diverge nor be the cause of a divergence. Their counts are added back to the result.
+
+After the first divergence most runs differ everywhere (B's values all carry it): a tail without stretches
+alike is read `TAIL_RECORDS` at a time, as far as the walk needs to count its echoes and stop; the pairing
+counts then cover what was read, as the walk's reading does.
+
+Records the diff must see whatever their digest (regions, same-input checks, NaN and Inf values: the index's
+KEEP) are never left out, and a tail holding checks or NaN is read whole.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracediff.diff.skeleton import op_line_key
+from tracediff.diff.verdict.divergence import DiffResult
+from tracediff.trace.compression import Compression, compression_of_file, open_bytes
+from tracediff.trace.digest_index import CHECK, IS_OP, KEEP, NO_VALUE, NONFINITE, DigestIndex, read_digest_index
+from tracediff.trace.reader import parse_line, read_footer
+
+# Records kept on each side of a difference: the alignment's anchors and the walk's nearby producers.
+CONTEXT = 16
+# A stretch alike is left out only where that saves this many records or more.
+_MIN_LEFT_OUT = 64
+# Equal digests in a row that say two runs are in step again after a difference.
+_RESYNC_RUN = 8
+# How far past a difference to look for the runs' next records alike.
+_LOOKAHEAD = (64, 4096, 65536)
+# Records of a tail without stretches alike read at first; 8 times more each time that was too few.
+TAIL_RECORDS = 50_000
+# The shortcut is taken where it leaves out at least this share of trace A.
+_WORTHWHILE = 0.25
+
+DiffFiles = Callable[[Path, Path, set[int]], DiffResult]
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """Records a..a+length of A hold what records b..b+length of B hold, one for one."""
+
+    a: int
+    b: int
+    length: int
+
+
+def identical_stretches(da: array, db: array) -> tuple[list[Stretch], tuple[int, int] | None]:
+    """The stretches alike, in order, and where the runs fell out of step for good (None if they did not)."""
+    stretches: list[Stretch] = []
+    i = j = 0
+    while i < len(da) and j < len(db):
+        length = _common_run(da, i, db, j)
+        if length:
+            stretches.append(Stretch(i, j, length))
+            i, j = i + length, j + length
+            continue
+        step = _next_in_step(da, i, db, j)
+        if step is None:
+            return stretches, (i, j)
+        i, j = step
+    return stretches, None
+
+
+def _common_run(da: array, i: int, db: array, j: int) -> int:
+    """How many digests from da[i] and db[j] on are equal, in slices compared at C speed."""
+    limit = min(len(da) - i, len(db) - j)
+    length, step = 0, 64
+    while length < limit:
+        size = min(step, limit - length)
+        a, b = i + length, j + length
+        if da[a:a + size] == db[b:b + size]:
+            length += size
+            step = min(step * 4, 1 << 20)
+            continue
+        lo, hi = 0, size  # [0, lo) equal; a difference in [lo, hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if da[a + lo:a + mid] == db[b + lo:b + mid]:
+                lo = mid
+            else:
+                hi = mid
+        return length + lo
+    return length
+
+
+def _next_in_step(da: array, i: int, db: array, j: int) -> tuple[int, int] | None:
+    """The nearest (i', j') past a difference from which _RESYNC_RUN digests agree: the fewest records skipped on
+    both sides together, looked for ever further."""
+    for reach in _LOOKAHEAD:
+        b_end = min(len(db), j + reach)
+        first_in_b = dict(zip(reversed(db[j:b_end]), range(b_end - 1, j - 1, -1)))
+        best: tuple[int, int, int] | None = None
+        for k in range(i, min(len(da), i + reach)):
+            if best is not None and k - i >= best[0]:
+                break
+            at = first_in_b.get(da[k])
+            if at is None:
+                continue
+            run = da[k:k + _RESYNC_RUN]
+            if len(run) == _RESYNC_RUN and run == db[at:at + _RESYNC_RUN]:
+                skipped = k - i + at - j
+                if best is None or skipped < best[0]:
+                    best = (skipped, k, at)
+        if best is not None:
+            return best[1], best[2]
+    return None
+
+
+def _matchable(index: DigestIndex, side: str) -> array:
+    """The digests, those of records the diff must read made unique (they never match)."""
+    digests = array("q", index.digests)
+    kept = index.facts.translate(_KEEP_TABLE)
+    at = kept.find(1)
+    while at != -1:
+        digests[at] = hash((side, at))
+        at = kept.find(1, at + 1)
+    return digests
+
+
+_KEEP_TABLE = bytes(1 if value & KEEP else 0 for value in range(256))
+_TAIL_TABLE = bytes(1 if value & (NONFINITE | CHECK) else 0 for value in range(256))
+_ALIGNABLE_TABLE = bytes(0 if value & NO_VALUE else 1 for value in range(256))
+_OP_TABLE = bytes(1 if value & IS_OP else 0 for value in range(256))
+
+
+@dataclass
+class _Side:
+    """What is read of one trace: the line ranges [lo, hi) kept, the footer's line last."""
+
+    index: DigestIndex
+    kept: list[tuple[int, int]] = field(default_factory=list)
+    left_out: list[tuple[int, int]] = field(default_factory=list)
+    cut: int | None = None  # where reading stops (a tail read in part)
+
+    def counts_left_out(self) -> tuple[int, int]:
+        """Alignable records and ops left out (not the cut tail's)."""
+        facts = self.index.facts
+        alignable = sum(facts[lo:hi].translate(_ALIGNABLE_TABLE).count(1) for lo, hi in self.left_out)
+        ops = sum(facts[lo:hi].translate(_OP_TABLE).count(1) for lo, hi in self.left_out)
+        return alignable, ops
+
+
+@dataclass
+class _Plan:
+    a: _Side
+    b: _Side
+    stretches_left_out: list[Stretch]
+    tail: tuple[int, int] | None
+
+
+def _plan(ia: DigestIndex, ib: DigestIndex, tail_records: int) -> _Plan | None:
+    stretches, tail = identical_stretches(_matchable(ia, "a"), _matchable(ib, "b"))
+    left_out = [Stretch(s.a + CONTEXT, s.b + CONTEXT, s.length - 2 * CONTEXT) for s in stretches
+                if s.length - 2 * CONTEXT >= _MIN_LEFT_OUT]
+    if sum(s.length for s in left_out) < _WORTHWHILE * len(ia):
+        return None
+    a, b = _Side(ia), _Side(ib)
+    for side, starts in ((a, [s.a for s in left_out]), (b, [s.b for s in left_out])):
+        side.left_out = [(lo, lo + s.length) for lo, s in zip(starts, left_out)]
+    if tail is not None:
+        _cut_tail(a, b, tail, tail_records)
+    for side in (a, b):
+        side.kept = _complement(side.left_out, side.cut if side.cut is not None else len(side.index) - 1)
+        side.kept.append((len(side.index) - 1, len(side.index)))  # the footer
+    return _Plan(a, b, left_out, tail)
+
+
+def _cut_tail(a: _Side, b: _Side, tail: tuple[int, int], tail_records: int) -> None:
+    """Read only the first `tail_records` of A's tail (B's in proportion), where nothing past them must be read."""
+    last_a, last_b = len(a.index) - 1, len(b.index) - 1  # the footers
+    rest_a, rest_b = last_a - tail[0], last_b - tail[1]
+    if rest_a <= tail_records:
+        return
+    cut_a = tail[0] + tail_records
+    cut_b = min(last_b, tail[1] + math.ceil(tail_records * rest_b / rest_a) + tail_records // 10)
+    if 1 in a.index.facts[cut_a:last_a].translate(_TAIL_TABLE) or 1 in b.index.facts[cut_b:last_b].translate(_TAIL_TABLE):
+        return
+    a.cut, b.cut = cut_a, cut_b
+
+
+def _complement(left_out: list[tuple[int, int]], end: int) -> list[tuple[int, int]]:
+    kept, at = [], 0
+    for lo, hi in left_out:
+        if lo >= end:
+            break
+        if lo > at:
+            kept.append((at, lo))
+        at = hi
+    if at < end:
+        kept.append((at, end))
+    return kept
+
+
+_INDEX_OF = re.compile(rb'\{"t":"\w+","i":(\d+)')
+
+
+def _write_kept(trace: Path, side: _Side, out: Path, wanted: set[int]) -> dict[int, bytes]:
+    """The trace's header and kept lines written to `out`, in one pass over the trace; returns the lines numbered
+    in `wanted` (kept or not)."""
+    index = side.index
+    # Kept ranges first where a wanted line starts one: its line is taken from the range.
+    spans = sorted([(lo, hi, True) for lo, hi in side.kept] + [(w, w + 1, False) for w in wanted],
+                   key=lambda span: (span[0], not span[2]))
+    wanted_sorted = sorted(wanted)
+    found: dict[int, bytes] = {}
+    with open_bytes(trace) as src, open(out, "wb") as dst:
+        dst.write(src.readline())
+        position = index.header_bytes
+        seekable = compression_of_file(trace) is Compression.NONE
+        for lo, hi, write in spans:
+            start, end = index.start(lo), index.start(hi)
+            if start < position:  # a wanted line inside a kept range: already read
+                continue
+            if seekable:
+                src.seek(start)
+            else:
+                _skip(src, start - position)
+            data = src.read(end - start)
+            position = end
+            if write:
+                dst.write(data)
+            for line in wanted_sorted[bisect.bisect_left(wanted_sorted, lo):bisect.bisect_left(wanted_sorted, hi)]:
+                found[line] = data[index.start(line) - start:index.start(line + 1) - start]
+    return found
+
+
+def _skip(src: object, size: int) -> None:
+    while size > 0:
+        size -= len(src.read(min(size, 1 << 24)))  # type: ignore[attr-defined]
+
+
+def _index_of(line: bytes) -> int | None:
+    match = _INDEX_OF.match(line)
+    return int(match.group(1)) if match else None
+
+
+def diff_by_shortcut(path_a: Path, path_b: Path, diff_files: DiffFiles,
+                     progress: Progress | None = None) -> DiffResult | None:
+    """The diff of two traces with digest indexes, reading what they do not hold alike; None where they have no
+    index or too little alike (the caller diffs them whole)."""
+    ia = read_digest_index(path_a, (read_footer(path_a) or {}).get("records"))
+    ib = read_digest_index(path_b, (read_footer(path_b) or {}).get("records"))
+    if ia is None or ib is None:
+        return None
+    tail_records = TAIL_RECORDS
+    while True:
+        plan = _plan(ia, ib, tail_records)
+        if plan is None:
+            return None
+        result = _diff_kept(path_a, path_b, plan, diff_files, progress)
+        if result is not None:
+            return result
+        tail_records *= 8
+
+
+def _diff_kept(path_a: Path, path_b: Path, plan: _Plan, diff_files: DiffFiles,
+               progress: Progress | None) -> DiffResult | None:
+    """The usual diff of the kept records; None if a tail read in part did not hold the walk's end."""
+    a, b = plan.a, plan.b
+    # A's records left out whose place no kept record shares: the walk asks whether A computes an op at a line.
+    kept_places = set().union(*(set(a.index.places[lo:hi]) for lo, hi in a.kept))
+    missing = set().union(*(set(a.index.places[lo:hi]) for lo, hi in a.left_out)) - kept_places
+    wanted = {place: a.index.places.index(place) for place in missing}
+    ends = {hi for _, hi in a.left_out}  # the first kept line after each stretch left out: its record index
+    check_line = None if a.cut is None else plan.tail[0] + (a.cut - plan.tail[0]) * 3 // 4  # type: ignore[index]
+    lines = set(wanted.values()) | ends | ({check_line} if check_line is not None else set())
+    if progress is not None:
+        left = sum(hi - lo for lo, hi in a.left_out)
+        progress(f"diff: {left:,} of {len(a.index) - 1:,} records of A held alike by B, left out "
+                 f"(digest indexes); diffing the other {sum(hi - lo for lo, hi in a.kept) - 1:,}"
+                 + (" (the tail in part)" if a.cut is not None else ""))
+    with tempfile.TemporaryDirectory(prefix="tracediff-kept-") as folder:
+        kept_a, kept_b = Path(folder) / "a.jsonl", Path(folder) / "b.jsonl"
+        found = _write_kept(path_a, a, kept_a, lines)
+        _write_kept(path_b, b, kept_b, set())
+        extra_op_lines = {op_line_key(parse_line(found[line])) for line in wanted.values()}
+        result = diff_files(kept_a, kept_b, extra_op_lines)
+    if a.cut is not None:
+        last_needed = _index_of(found.get(check_line, b"")) if check_line is not None else None
+        if result.read_to is None or last_needed is None or result.read_to > last_needed:
+            return None  # the walk needed more of the tail
+    _add_back(result, path_a, path_b, a, b, {hi: _index_of(found.get(hi, b"")) for hi in ends})
+    return result
+
+
+def _add_back(result: DiffResult, path_a: Path, path_b: Path, a: _Side, b: _Side,
+              index_after: dict[int, int | None]) -> None:
+    """Counts of the records left out added to the kept records' result; the traces named as given."""
+    alignable_a, ops_a = a.counts_left_out()
+    alignable_b, ops_b = b.counts_left_out()
+    result.a.path, result.b.path = Path(path_a), Path(path_b)
+    result.a.length += alignable_a
+    result.a.ops += ops_a
+    result.b.length += alignable_b
+    result.b.ops += ops_b
+    result.paired += alignable_a
+    for (_, hi), count in zip(a.left_out, _alignable_counts(a)):
+        after = index_after.get(hi)
+        if result.read_to is None or (after is not None and after <= result.read_to):
+            result.compared += count
+
+
+def _alignable_counts(side: _Side) -> Iterator[int]:
+    for lo, hi in side.left_out:
+        yield side.index.facts[lo:hi].translate(_ALIGNABLE_TABLE).count(1)

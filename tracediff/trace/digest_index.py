@@ -1,0 +1,166 @@
+"""A trace's digest index: `t.jsonl.idx` beside `t.jsonl`, written with it, one entry per line after the header.
+
+An entry is three 64-bit integers:
+
+    digest   crc32 and adler32 of the record's line with the numbers that name rather than measure left out
+             (the record's sequence number `i`, its tensors' ids `id` and their views' base ids `b`: an op
+             added early in one run shifts them for every record after it). Two records with one digest are
+             the same op at the same place, on arguments and with results of the same dtypes, shapes and
+             fingerprints.
+    place    crc32 of the same line up to its arguments (`"in":`): the op, module and source line.
+    end      where the line ends in the trace's text (decompressed), with the record's facts in the top byte
+             (`KEEP`, `NO_VALUE`, `IS_OP`).
+
+A diff of two long traces finds the stretches both hold alike by their digests without parsing them, and reads
+only the rest (diff/shortcut.py). The index is an accelerator: a trace without one, or with one that does not
+match it (`read_digest_index` checks the header line, the footer's record count and the end), is diffed the
+long way. Writing an entry costs about 3 us of the recording thread (BENCHMARKS.md, "Diffs at scale").
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from array import array
+from dataclasses import dataclass
+from itertools import repeat
+from pathlib import Path
+
+from tracediff.outputs import INDEX_SUFFIX
+from tracediff.trace.compression import Compression, compression_of_file, open_bytes
+
+_MAGIC = b"TDIDX\x01\x00\x00"
+_HEAD = struct.Struct("<8sqq")  # magic, the header line's length and crc32
+ENTRY_WORDS = 3
+
+# Facts of a record, in the top byte of its entry's end.
+KEEP = 1  # not an op or kernel, or a NaN or Inf in a fingerprint: a diff reads it whatever its digest
+NO_VALUE = 2  # an op that moves no values (skeleton.alignable is False)
+IS_OP = 4  # an op record (not a kernel)
+FOOTER = 8  # the footer line
+NONFINITE = 16  # a NaN or Inf in a fingerprint (with KEEP)
+CHECK = 32  # a compiled call judged on its inputs (with KEEP)
+_FACTS_SHIFT = 56
+_END_MASK = (1 << _FACTS_SHIFT) - 1
+
+_DIGITS = b"0123456789"
+# A fingerprint writes its NaN and Inf counts as `"nan":N,"inf":N,`: a line has as many of the first as of these
+# with none.
+_NAN_COUNT = b'"nan":'
+_FINITE_COUNTS = b'"nan":0,"inf":0,'
+
+
+def index_path(trace: str | Path) -> Path:
+    trace = Path(trace)
+    return trace.with_name(trace.name + INDEX_SUFFIX)
+
+
+def without_naming_numbers(line: bytes) -> bytes:
+    """`line` with the numbers of its `i`, `id` and `b` keys left out (the keys stay)."""
+    at = line.find(b'"i":', 0, 40)  # the record's own number, near its start
+    if at >= 0:
+        line = line[:at + 4] + line[at + 4:].lstrip(_DIGITS)
+    line = b'"id":'.join(map(bytes.lstrip, line.split(b'"id":'), repeat(_DIGITS)))
+    if b'"b":' in line:  # a view's base
+        line = b'"b":'.join(map(bytes.lstrip, line.split(b'"b":'), repeat(_DIGITS)))
+    return line
+
+
+def line_entry(line: bytes, kind: str, no_value: bool, end: int) -> tuple[int, int, int]:
+    """The index entry of one written line (`kind`: its record's `t`; `no_value`: an op that moves no values)."""
+    named = without_naming_numbers(line)
+    digest = zlib.crc32(named) | zlib.adler32(named) << 32
+    cut = named.find(b',"in":')
+    place = zlib.crc32(named[:cut] if cut >= 0 else named)
+    if kind == "op":
+        facts = IS_OP | (NO_VALUE if no_value else 0)
+    elif kind == "kernel":
+        facts = 0
+    else:
+        facts = KEEP | (FOOTER if kind == "footer" else CHECK if kind == "check" else 0)
+    if line.count(_FINITE_COUNTS) != line.count(_NAN_COUNT):
+        facts |= KEEP | NONFINITE
+    return _signed(digest), place, end | facts << _FACTS_SHIFT
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class DigestIndexWriter:
+    """Entries for the lines a TraceWriter writes, appended to the index file at each flush."""
+
+    def __init__(self, trace: Path, header_line: bytes) -> None:
+        self.path = index_path(trace)
+        self._file = open(self.path, "wb")
+        self._file.write(_HEAD.pack(_MAGIC, len(header_line), zlib.crc32(header_line)))
+        self._end = len(header_line)
+        self._entries = array("q")
+
+    def add(self, line: bytes, kind: str, no_value: bool = False) -> None:
+        self._end += len(line)
+        self._entries.extend(line_entry(line, kind, no_value, self._end))
+
+    def flush(self) -> None:
+        self._entries.tofile(self._file)
+        self._file.flush()
+        del self._entries[:]
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.flush()
+            self._file.close()
+
+    def silence_in_child(self) -> None:
+        """After a fork, in the child: what it would write goes to /dev/null (see TraceWriter.silence_in_child)."""
+        del self._entries[:]
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._file.fileno())
+        finally:
+            os.close(null)
+
+
+@dataclass
+class DigestIndex:
+    """A trace's index, read back: one entry per line after the header (the footer's last)."""
+
+    digests: array  # the digest of each line
+    places: array  # the place of each line
+    ends: array  # where each line ends, facts cleared
+    facts: bytes  # each line's facts
+    header_bytes: int  # where the first line after the header starts
+
+    def __len__(self) -> int:
+        return len(self.digests)
+
+    def start(self, line: int) -> int:
+        return self.ends[line - 1] if line else self.header_bytes
+
+
+def read_digest_index(trace: str | Path, footer_records: int | None) -> DigestIndex | None:
+    """The index of a complete trace (its footer counts `footer_records` records); None where there is none,
+    or it does not match the trace (another run's, cut off, the trace rewritten since)."""
+    path = index_path(trace)
+    try:
+        with open(path, "rb") as f:
+            magic, header_bytes, header_crc = _HEAD.unpack(f.read(_HEAD.size))
+            words = array("q")
+            words.frombytes(f.read())
+    except (OSError, struct.error, ValueError):
+        return None
+    if magic != _MAGIC or footer_records is None or len(words) != ENTRY_WORDS * (footer_records + 1):
+        return None
+    with open_bytes(Path(trace)) as t:
+        header = t.readline()
+    if len(header) != header_bytes or zlib.crc32(header) != header_crc:
+        return None
+    raw_ends = words[2::ENTRY_WORDS]
+    facts = bytes([end >> _FACTS_SHIFT for end in raw_ends])
+    if not facts[-1] & FOOTER:
+        return None
+    ends = array("q", [end & _END_MASK for end in raw_ends])
+    if compression_of_file(trace) is Compression.NONE and ends[-1] != Path(trace).stat().st_size:
+        return None
+    return DigestIndex(words[0::ENTRY_WORDS], words[1::ENTRY_WORDS], ends, facts, header_bytes)
