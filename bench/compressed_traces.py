@@ -11,11 +11,13 @@ section measures its cases side by side, taking turns, and reports medians and r
 
 sizes     each trace's records are written again through `TraceWriter` under each name
           (`.jsonl`, `.jsonl.zst` at zstd levels 1 and 3, `.jsonl.gz`), as the recorder
-          writes them (a flush every few hundred records), and timed per record.
+          writes them (a flush every few hundred records), and timed per record; and a plain
+          trace without its digest index (trace/digest_index.py), what the index costs.
 overhead  bench/workloads.py's workloads in one process: rounds of one recording session
-          per case (no recording, a plain trace, .zst with zstd's worker thread, .zst
-          compressed on the recording thread), the cases taking turns, each session a
-          warm-up call and timed calls. Wall time, and the recording thread's own CPU time.
+          per case (no recording, a plain trace, one without its digest index, .zst with
+          zstd's worker thread, .zst compressed on the recording thread), the cases taking
+          turns, each session a warm-up call and timed calls. Wall time, and the recording
+          thread's own CPU time.
 record    whole recordings of a script, `tracediff record -o t.jsonl` and `-o t.jsonl.zst` taking
           turns, each in a fresh process: the footer's recorded time, the process's CPU, the size.
 diff      the synthetic pair of bench/synth.py (`make bench`'s diff section), and the same
@@ -30,6 +32,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +53,7 @@ import zstandard  # noqa: E402
 
 from tracediff.trace import writer as writer_module  # noqa: E402
 from tracediff.trace import zstd_file  # noqa: E402
+from tracediff.trace.digest_index import index_path  # noqa: E402
 from tracediff.trace.reader import Trace, read_footer  # noqa: E402
 from tracediff.trace.writer import TraceWriter  # noqa: E402
 
@@ -101,15 +105,46 @@ def zstd_settings(level: int, how: str) -> Iterator[None]:
     """TraceWriter's zstd level, and where it compresses, for the cases compared here."""
     saved = zstd_file.LEVEL, writer_module.ZstdTraceFile
     zstd_file.LEVEL = level
-    writer_module.ZstdTraceFile = ZSTD_WRITERS[how]  # type: ignore[misc]
+    writer_module.ZstdTraceFile = ZSTD_WRITERS.get(how, ZSTD_WRITERS["writer thread"])  # type: ignore[misc]
     try:
         yield
     finally:
         zstd_file.LEVEL, writer_module.ZstdTraceFile = saved
 
 
-# (name, trace suffix, zstd level, where zstd compresses)
-SIZE_CASES = [("plain", ".jsonl", 1, "writer thread"), ("zstd -1", ".jsonl.zst", 1, "writer thread"),
+class _NoIndex:
+    """A digest index writer that writes nothing: traces as they were before the index (the writing cost's baseline)."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def add(self, *args: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def silence_in_child(self) -> None:
+        pass
+
+
+@contextmanager
+def index_setting(how: str) -> Iterator[None]:
+    """`how` "no index": TraceWriter writes no digest index."""
+    saved = writer_module.DigestIndexWriter
+    if how == "no index":
+        writer_module.DigestIndexWriter = _NoIndex  # type: ignore[misc, assignment]
+    try:
+        yield
+    finally:
+        writer_module.DigestIndexWriter = saved  # type: ignore[misc]
+
+
+# (name, trace suffix, zstd level, where zstd compresses, or "no index")
+SIZE_CASES = [("plain, no digest index", ".jsonl", 1, "no index"), ("plain", ".jsonl", 1, "writer thread"), ("zstd -1", ".jsonl.zst", 1, "writer thread"),
               ("zstd -3", ".jsonl.zst", 3, "writer thread"), ("gzip -9", ".jsonl.gz", 1, "writer thread"),
               ("zstd -1 on the recording thread", ".jsonl.zst", 1, "recording thread"),
               ("zstd -1 in zstd's worker", ".jsonl.zst", 1, "zstd worker")]
@@ -128,7 +163,7 @@ def section_sizes(traces: list[str], repeats: int) -> dict[str, Any]:
         for _ in range(repeats):  # the cases take turns, so that the machine's load hits them alike
             for name, suffix, level, how in SIZE_CASES:
                 out = tmp / f"t{suffix}"
-                with zstd_settings(level, how):
+                with zstd_settings(level, how), index_setting(how):
                     t0, c0 = time.perf_counter(), time.thread_time()
                     writer = TraceWriter(out, header)
                     for record in records:
@@ -172,6 +207,7 @@ def table_sizes(res: dict[str, Any]) -> str:
 
 # (name, trace suffix or None for no recording, zstd level, where zstd compresses)
 OVERHEAD_CASES = [("none", None, 1, "writer thread"), ("plain", ".jsonl", 1, "writer thread"),
+                  ("plain, no digest index", ".jsonl", 1, "no index"),
                   ("zstd -1", ".jsonl.zst", 1, "writer thread"),
                   ("zstd -1 on the recording thread", ".jsonl.zst", 1, "recording thread"),
                   ("zstd -1 in zstd's worker", ".jsonl.zst", 1, "zstd worker")]
@@ -212,7 +248,7 @@ def overhead_of(workload: str, rounds: int, calls: int, tmp: Path) -> dict[str, 
     for _ in range(rounds):
         for name, suffix, level, how in OVERHEAD_CASES:
             path = tmp / f"{workload}{suffix}" if suffix else None
-            with zstd_settings(level, how):
+            with zstd_settings(level, how), index_setting(how):
                 for key, values in _timed_session(fn, path, calls).items():
                     samples[name][key] += values
             if path is not None:
@@ -309,8 +345,11 @@ def table_record(res: dict[str, Any]) -> str:
 
 
 def zst_copy(plain: Path) -> Path:
-    """The plain trace written again as .jsonl.zst, line for line (the records are not parsed)."""
+    """The plain trace written again as .jsonl.zst, line for line (the records are not parsed), with the plain
+    trace's digest index: its entries are of the same lines."""
     target = plain.with_name(plain.name + ".zst")
+    if index_path(plain).exists():
+        shutil.copyfile(index_path(plain), index_path(target))
     if target.exists() and target.stat().st_mtime >= plain.stat().st_mtime:
         return target
     partial = target.with_name(target.name + ".partial")

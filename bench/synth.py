@@ -300,7 +300,9 @@ def cached(root: str | Path, n: int, edits: int = 400, seed: int = 1234, progres
 
     out = Path(root) / f"{VERSION}-schema{SCHEMA_VERSION}-n{n}-e{edits}-s{seed}"
     meta_path = out / "meta.json"
-    if meta_path.exists() and (out / "a.jsonl").exists() and (out / "b.jsonl").exists():
+    # Pairs cached before traces had digest indexes (trace/digest_index.py) are made again.
+    files = ("a.jsonl", "b.jsonl", "a.jsonl.idx", "b.jsonl.idx")
+    if meta_path.exists() and all((out / name).exists() for name in files):
         meta = json.loads(meta_path.read_text())
         meta["cached"] = True
         return out, meta

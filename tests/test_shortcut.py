@@ -91,17 +91,16 @@ def test_a_tail_read_in_part_is_read_further_until_the_walk_ends_in_it(pair: tup
     and stops where the whole diff does."""
     folder, meta = pair
     monkeypatch.setattr(walk_module, "_INHERITED_LIMIT", 500)
-    attempts: list[bool] = []
-    original = shortcut_module._diff_kept
+    tails: list[int] = []
+    original = shortcut_module._write_what_differs
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        attempts.append(result is not None)
-        return result
+        tails.append(args[3])
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(shortcut_module, "_diff_kept", counted)
+    monkeypatch.setattr(shortcut_module, "_write_what_differs", counted)
     short = _diff(folder / "a.jsonl", folder / "b.jsonl", True, monkeypatch, tail=200)
-    assert attempts == [False, True]
+    assert tails == [200, 1600]
     whole = _diff(folder / "a.jsonl", folder / "b.jsonl", False, monkeypatch)
     assert _first(short) == _first(whole)
     assert _first(short)[:2] == (meta["planted"]["index_a"], meta["planted"]["index_b"])

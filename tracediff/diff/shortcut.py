@@ -121,8 +121,8 @@ def _next_in_step(da: array, i: int, db: array, j: int) -> tuple[int, int] | Non
 
 
 def _matchable(index: DigestIndex, side: str) -> array:
-    """The digests, those of records the diff must read made unique (they never match)."""
-    digests = array("q", index.digests)
+    """The digests, those of records the diff must read made unique (they never match): changed in place."""
+    digests = index.digests
     kept = index.facts.translate(_KEEP_TABLE)
     at = kept.find(1)
     while at != -1:
@@ -147,7 +147,7 @@ class _Side:
     cut: int | None = None  # where reading stops (a tail read in part)
 
     def counts_left_out(self) -> tuple[int, int]:
-        """Alignable records and ops left out (not the cut tail's)."""
+        """Alignable records and ops left out."""
         facts = self.index.facts
         alignable = sum(facts[lo:hi].translate(_ALIGNABLE_TABLE).count(1) for lo, hi in self.left_out)
         ops = sum(facts[lo:hi].translate(_OP_TABLE).count(1) for lo, hi in self.left_out)
@@ -243,73 +243,91 @@ def _skip(src: object, size: int) -> None:
         size -= len(src.read(min(size, 1 << 24)))  # type: ignore[attr-defined]
 
 
-def _index_of(line: bytes) -> int | None:
-    match = _INDEX_OF.match(line)
-    return int(match.group(1)) if match else None
+@dataclass
+class _Kept:
+    """The kept records written as two traces, and what the result needs of what was left out."""
+
+    a: Path
+    b: Path
+    op_lines_a: set[int]  # the ops A computes by line in records left out only
+    alignable: tuple[int, int]  # alignable records left out, of A and B
+    ops: tuple[int, int]  # op records left out
+    # Per stretch left out: its alignable records, and the index of the first record after it.
+    stretches: list[tuple[int, int | None]]
+    last_needed: int | None  # with a tail read in part: the walk must stop by this record of A
 
 
 def diff_by_shortcut(path_a: Path, path_b: Path, diff_files: DiffFiles,
                      progress: Progress | None = None) -> DiffResult | None:
     """The diff of two traces with digest indexes, reading what they do not hold alike; None where they have no
     index or too little alike (the caller diffs them whole)."""
-    ia = read_digest_index(path_a, (read_footer(path_a) or {}).get("records"))
+    tail_records = TAIL_RECORDS
+    with tempfile.TemporaryDirectory(prefix="tracediff-kept-") as folder:
+        while True:
+            kept = _write_what_differs(path_a, path_b, Path(folder), tail_records, progress)
+            if kept is None:
+                return None
+            # The indexes are let go by now: the diff of the kept records runs in the memory they took.
+            result = diff_files(kept.a, kept.b, kept.op_lines_a)
+            if kept.last_needed is None or (result.read_to is not None and result.read_to <= kept.last_needed):
+                _add_back(result, path_a, path_b, kept)
+                return result
+            tail_records *= 8  # the walk needed more of the tail
+
+
+def _write_what_differs(path_a: Path, path_b: Path, folder: Path, tail_records: int,
+                        progress: Progress | None) -> _Kept | None:
+    ia = read_digest_index(path_a, (read_footer(path_a) or {}).get("records"), places=True)
     ib = read_digest_index(path_b, (read_footer(path_b) or {}).get("records"))
     if ia is None or ib is None:
         return None
-    tail_records = TAIL_RECORDS
-    while True:
-        plan = _plan(ia, ib, tail_records)
-        if plan is None:
-            return None
-        result = _diff_kept(path_a, path_b, plan, diff_files, progress)
-        if result is not None:
-            return result
-        tail_records *= 8
-
-
-def _diff_kept(path_a: Path, path_b: Path, plan: _Plan, diff_files: DiffFiles,
-               progress: Progress | None) -> DiffResult | None:
-    """The usual diff of the kept records; None if a tail read in part did not hold the walk's end."""
+    plan = _plan(ia, ib, tail_records)
+    if plan is None:
+        return None
     a, b = plan.a, plan.b
     # A's records left out whose place no kept record shares: the walk asks whether A computes an op at a line.
-    kept_places = set().union(*(set(a.index.places[lo:hi]) for lo, hi in a.kept))
-    missing = set().union(*(set(a.index.places[lo:hi]) for lo, hi in a.left_out)) - kept_places
-    wanted = {place: a.index.places.index(place) for place in missing}
-    ends = {hi for _, hi in a.left_out}  # the first kept line after each stretch left out: its record index
-    check_line = None if a.cut is None else plan.tail[0] + (a.cut - plan.tail[0]) * 3 // 4  # type: ignore[index]
-    lines = set(wanted.values()) | ends | ({check_line} if check_line is not None else set())
+    places = a.index.places
+    assert places is not None
+    kept_places = set().union(*(set(places[lo:hi]) for lo, hi in a.kept))
+    missing = set().union(*(set(places[lo:hi]) for lo, hi in a.left_out)) - kept_places
+    wanted = {places.index(place) for place in missing}
+    ends = [hi for _, hi in a.left_out]  # the first kept line after each stretch left out: its record index
+    check_line = None if a.cut is None or plan.tail is None else plan.tail[0] + (a.cut - plan.tail[0]) * 3 // 4
     if progress is not None:
-        left = sum(hi - lo for lo, hi in a.left_out)
-        progress(f"diff: {left:,} of {len(a.index) - 1:,} records of A held alike by B, left out "
-                 f"(digest indexes); diffing the other {sum(hi - lo for lo, hi in a.kept) - 1:,}"
+        progress(f"diff: {sum(hi - lo for lo, hi in a.left_out):,} of {len(a.index) - 1:,} records of A held alike "
+                 f"by B, left out (digest indexes); diffing the other {sum(hi - lo for lo, hi in a.kept) - 1:,}"
                  + (" (the tail in part)" if a.cut is not None else ""))
-    with tempfile.TemporaryDirectory(prefix="tracediff-kept-") as folder:
-        kept_a, kept_b = Path(folder) / "a.jsonl", Path(folder) / "b.jsonl"
-        found = _write_kept(path_a, a, kept_a, lines)
-        _write_kept(path_b, b, kept_b, set())
-        extra_op_lines = {op_line_key(parse_line(found[line])) for line in wanted.values()}
-        result = diff_files(kept_a, kept_b, extra_op_lines)
-    if a.cut is not None:
-        last_needed = _index_of(found.get(check_line, b"")) if check_line is not None else None
-        if result.read_to is None or last_needed is None or result.read_to > last_needed:
-            return None  # the walk needed more of the tail
-    _add_back(result, path_a, path_b, a, b, {hi: _index_of(found.get(hi, b"")) for hi in ends})
-    return result
-
-
-def _add_back(result: DiffResult, path_a: Path, path_b: Path, a: _Side, b: _Side,
-              index_after: dict[int, int | None]) -> None:
-    """Counts of the records left out added to the kept records' result; the traces named as given."""
+    kept_a, kept_b = folder / "a.jsonl", folder / "b.jsonl"
+    found = _write_kept(path_a, a, kept_a, wanted | set(ends) | ({check_line} if check_line is not None else set()))
+    _write_kept(path_b, b, kept_b, set())
     alignable_a, ops_a = a.counts_left_out()
     alignable_b, ops_b = b.counts_left_out()
+    return _Kept(kept_a, kept_b, {op_line_key(parse_line(found[line])) for line in wanted},
+                 (alignable_a, alignable_b), (ops_a, ops_b),
+                 [(count, _index_of(found.get(end, b""))) for count, end in zip(_alignable_counts(a), ends)],
+                 None if check_line is None else _last_needed(found.get(check_line, b"")))
+
+
+def _last_needed(line: bytes) -> int:
+    """The index of the record by which the walk must stop (-1, none, if it has no index: read further)."""
+    index = _index_of(line)
+    return -1 if index is None else index
+
+
+def _index_of(line: bytes) -> int | None:
+    match = _INDEX_OF.match(line)
+    return int(match.group(1)) if match else None
+
+
+def _add_back(result: DiffResult, path_a: Path, path_b: Path, kept: _Kept) -> None:
+    """Counts of the records left out added to the kept records' result; the traces named as given."""
     result.a.path, result.b.path = Path(path_a), Path(path_b)
-    result.a.length += alignable_a
-    result.a.ops += ops_a
-    result.b.length += alignable_b
-    result.b.ops += ops_b
-    result.paired += alignable_a
-    for (_, hi), count in zip(a.left_out, _alignable_counts(a)):
-        after = index_after.get(hi)
+    result.a.length += kept.alignable[0]
+    result.b.length += kept.alignable[1]
+    result.a.ops += kept.ops[0]
+    result.b.ops += kept.ops[1]
+    result.paired += kept.alignable[0]
+    for count, after in kept.stretches:
         if result.read_to is None or (after is not None and after <= result.read_to):
             result.compared += count
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import zlib
 from array import array
 from dataclasses import dataclass
@@ -42,7 +43,6 @@ FOOTER = 8  # the footer line
 NONFINITE = 16  # a NaN or Inf in a fingerprint (with KEEP)
 CHECK = 32  # a compiled call judged on its inputs (with KEEP)
 _FACTS_SHIFT = 56
-_END_MASK = (1 << _FACTS_SHIFT) - 1
 
 _DIGITS = b"0123456789"
 # A fingerprint writes its NaN and Inf counts as `"nan":N,"inf":N,`: a line has as many of the first as of these
@@ -103,6 +103,8 @@ class DigestIndexWriter:
         self._entries.extend(line_entry(line, kind, no_value, self._end))
 
     def flush(self) -> None:
+        if sys.byteorder == "big":  # the file's words are little-endian
+            self._entries.byteswap()
         self._entries.tofile(self._file)
         self._file.flush()
         del self._entries[:]
@@ -127,7 +129,7 @@ class DigestIndex:
     """A trace's index, read back: one entry per line after the header (the footer's last)."""
 
     digests: array  # the digest of each line
-    places: array  # the place of each line
+    places: array | None  # the place of each line, if asked for
     ends: array  # where each line ends, facts cleared
     facts: bytes  # each line's facts
     header_bytes: int  # where the first line after the header starts
@@ -139,28 +141,47 @@ class DigestIndex:
         return self.ends[line - 1] if line else self.header_bytes
 
 
-def read_digest_index(trace: str | Path, footer_records: int | None) -> DigestIndex | None:
+# Entries read at once: the columns are taken apart a block at a time, so reading never holds the file twice.
+_BLOCK_ENTRIES = 1 << 20
+
+
+def read_digest_index(trace: str | Path, footer_records: int | None, places: bool = False) -> DigestIndex | None:
     """The index of a complete trace (its footer counts `footer_records` records); None where there is none,
     or it does not match the trace (another run's, cut off, the trace rewritten since)."""
     path = index_path(trace)
     try:
         with open(path, "rb") as f:
             magic, header_bytes, header_crc = _HEAD.unpack(f.read(_HEAD.size))
-            words = array("q")
-            words.frombytes(f.read())
+            if magic != _MAGIC or footer_records is None or \
+                    path.stat().st_size != _HEAD.size + 8 * ENTRY_WORDS * (footer_records + 1):
+                return None
+            index = DigestIndex(array("q"), array("q") if places else None, array("q"), b"", header_bytes)
+            raw_ends = bytearray()
+            for _ in range(0, footer_records + 1, _BLOCK_ENTRIES):
+                block = array("q")
+                try:
+                    block.fromfile(f, ENTRY_WORDS * _BLOCK_ENTRIES)
+                except EOFError:  # the last block: what there was is read
+                    pass
+                if sys.byteorder == "big":
+                    block.byteswap()
+                index.digests.extend(block[0::ENTRY_WORDS])
+                if index.places is not None:
+                    index.places.extend(block[1::ENTRY_WORDS])
+                raw_ends += block[2::ENTRY_WORDS].tobytes()
     except (OSError, struct.error, ValueError):
-        return None
-    if magic != _MAGIC or footer_records is None or len(words) != ENTRY_WORDS * (footer_records + 1):
         return None
     with open_bytes(Path(trace)) as t:
         header = t.readline()
     if len(header) != header_bytes or zlib.crc32(header) != header_crc:
         return None
-    raw_ends = words[2::ENTRY_WORDS]
-    facts = bytes([end >> _FACTS_SHIFT for end in raw_ends])
-    if not facts[-1] & FOOTER:
+    # Little-endian words: a fact byte is each end's eighth byte.
+    top = slice(_FACTS_SHIFT // 8, None, 8)
+    index.facts = bytes(raw_ends[top])
+    raw_ends[top] = bytes(len(index.facts))
+    index.ends.frombytes(raw_ends)
+    if not index.facts[-1] & FOOTER:
         return None
-    ends = array("q", [end & _END_MASK for end in raw_ends])
-    if compression_of_file(trace) is Compression.NONE and ends[-1] != Path(trace).stat().st_size:
+    if compression_of_file(trace) is Compression.NONE and index.ends[-1] != Path(trace).stat().st_size:
         return None
-    return DigestIndex(words[0::ENTRY_WORDS], words[1::ENTRY_WORDS], ends, facts, header_bytes)
+    return index
