@@ -11,10 +11,9 @@ from typing import IO, Any
 
 import orjson
 
-from tracediff.op_names import NO_VALUE_OPS, base_op
 from tracediff.trace.compression import Compression, compression_for_name
 from tracediff.trace.digest_index import DigestIndexWriter
-from tracediff.trace.schema import FOOTER, HEADER, OP, SCHEMA_VERSION
+from tracediff.trace.schema import FOOTER, HEADER, SCHEMA_VERSION
 from tracediff.trace.zstd_file import ZstdTraceFile
 
 # Flushing every record would dominate recording time; flushing never would
@@ -86,8 +85,7 @@ class TraceWriter:
     def write(self, record: dict[str, Any]) -> None:
         line = self._encode(record)
         self._file.write(line)
-        kind = record["t"]
-        self._index.add(line, kind, kind == OP and base_op(record["op"]) in NO_VALUE_OPS)
+        self._index.add(line, record)
         self.records += 1
         self._unflushed += 1
         if self._unflushed >= _FLUSH_EVERY:
@@ -103,7 +101,7 @@ class TraceWriter:
         if self._file.closed:
             return
         line = self._encode({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
-        self._index.add(line, FOOTER)
+        self._index.add(line, {"t": FOOTER})
         self._index.close()
         if isinstance(self._file, ZstdTraceFile):  # the footer in a frame of its own, found from the file's end
             self._file.close_with_last_line(line)
