@@ -21,12 +21,22 @@ import torch
 import tracediff.diff.engine as engine_module
 import tracediff.diff.shortcut as shortcut_module
 import tracediff.diff.verdict.walk as walk_module
+import tracediff.trace.writer as writer_module
 from tests.synth import TraceBuilder
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.shortcut import identical_stretches
 from tracediff.outputs import rank_set
-from tracediff.trace.digest_index import has_nonfinite, index_path, line_entry, read_digest_index
+from tracediff.trace.digest_index import (
+    IS_OP,
+    KEEP,
+    NO_VALUE,
+    NONFINITE,
+    index_path,
+    line_entry,
+    line_facts,
+    read_digest_index,
+)
 from tracediff.trace.reader import read_footer
 from tracediff.trace.writer import TraceWriter
 
@@ -45,7 +55,15 @@ def _bench_synth() -> ModuleType:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     folder = tmp_path_factory.mktemp("pair")
-    return folder, _bench_synth().generate(folder, RECORDS, edits=40)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer_module, "INDEX_FROM_RECORDS", 0)  # indexed, though shorter than traces that are
+        return folder, _bench_synth().generate(folder, RECORDS, edits=40)
+
+
+@pytest.fixture
+def indexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces written in the test are indexed whatever their length."""
+    monkeypatch.setattr(writer_module, "INDEX_FROM_RECORDS", 0)
 
 
 def _diff(a: Path, b: Path, shortcut: bool, monkeypatch: pytest.MonkeyPatch, tail: int = 2_000) -> Any:
@@ -120,7 +138,8 @@ def test_traces_alike_match_with_every_record_counted(pair: tuple[Path, dict[str
            (whole.compared, whole.paired, whole.unpaired_a, whole.unpaired_b, len(whole.a), whole.a.ops)
 
 
-def test_a_nan_in_a_stretch_alike_is_still_the_nan_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_nan_in_a_stretch_alike_is_still_the_nan_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          indexed: None) -> None:
     """Records with a NaN are never left out: the first NaN's origin is found where the whole diff finds it."""
     paths = []
     for side in ("a", "b"):
@@ -159,17 +178,28 @@ def test_no_index_or_a_stale_one_diffs_the_long_way(pair: tuple[Path, dict[str, 
     assert diff_traces(folder / "a.jsonl", folder / "a.jsonl", Config()).first is None
 
 
-def test_a_cut_off_trace_has_no_usable_index(tmp_path: Path) -> None:
-    writer = TraceWriter(tmp_path / "t.jsonl", {"backend": "eager"})
-    writer.write({"t": "op", "i": 0, "op": "aten::cos", "in": [], "out": []})
-    writer.flush()
-    writer.abandon()
-    assert index_path(tmp_path / "t.jsonl").exists()
-    assert read_digest_index(tmp_path / "t.jsonl", read_footer(tmp_path / "t.jsonl") and 1) is None
+def test_only_a_long_trace_is_indexed_once_closed_and_a_forked_copy_indexes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writer_module, "INDEX_FROM_RECORDS", 3)
+    record = {"t": "op", "i": 0, "op": "aten::cos", "in": [], "out": []}
+    for records, ends in ((2, "close"), (3, "close"), (3, "abandon"), (3, "fork")):
+        path = tmp_path / f"{records}-{ends}.jsonl"
+        writer = TraceWriter(path, {"backend": "eager"})
+        for _ in range(records):
+            writer.write(record)
+        if ends == "fork":
+            writer.silence_in_child()  # as in a forked child: its close must leave the parent's trace alone
+        writer.abandon() if ends == "abandon" else writer.close()
+        indexed = read_digest_index(path, (read_footer(path) or {}).get("records"))
+        assert index_path(path).exists() == (indexed is not None) == (records == 3 and ends == "close"), path.name
+    # A trace written again where a long one was: the earlier index goes.
+    writer = TraceWriter(tmp_path / "3-close.jsonl", {"backend": "eager"})
+    assert not index_path(tmp_path / "3-close.jsonl").exists()
+    writer.close()
 
 
 def test_a_compressed_trace_has_its_index_and_diffs_by_it(pair: tuple[Path, dict[str, Any]], tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch, indexed: None) -> None:
     folder, meta = pair
     copies = []
     for side in ("a", "b"):
@@ -194,14 +224,14 @@ def test_the_digest_leaves_out_sequence_numbers_and_tensor_ids_not_values() -> N
         .replace(b'"b":12', b'"b":40')
     other_value = line.replace(b'"sum":3.0', b'"sum":3.0000001')
     other_shape = line.replace(b'"sh":[2],"fp":{"sum":3.0', b'"sh":[1,2],"fp":{"sum":3.0')
-    digest = line_entry(line, "op", False, False, 0)[0]
-    assert line_entry(shifted, "op", False, False, 0)[0] == digest
-    assert line_entry(other_value, "op", False, False, 0)[0] != digest
-    assert line_entry(other_shape, "op", False, False, 0)[0] != digest
-    record = orjson.loads(line)
-    assert not has_nonfinite(record)
-    record["out"][0]["fp"]["nan"] = 1
-    assert has_nonfinite(record)
+    digest = line_entry(line, 0)[0]
+    assert line_entry(shifted, 0)[0] == digest
+    assert line_entry(other_value, 0)[0] != digest
+    assert line_entry(other_shape, 0)[0] != digest
+    assert line_facts(line) == IS_OP
+    assert line_facts(line.replace(b'"sum":3.0,"nan":0', b'"sum":3.0,"nan":1')) == IS_OP | KEEP | NONFINITE
+    assert line_facts(line.replace(b'aten::mul.Tensor', b'aten::detach')) == IS_OP | NO_VALUE
+    assert line_facts(b'{"t":"region","i":3,"ev":"enter"}\n') == KEEP
 
 
 def test_stretches_alike_around_insertions_deletions_and_changed_records() -> None:
@@ -216,7 +246,7 @@ def test_stretches_alike_around_insertions_deletions_and_changed_records() -> No
     assert identical_stretches(a, out_of_step)[1] == (100, 100)
 
 
-def test_a_rank_set_does_not_take_the_indexes_for_traces(tmp_path: Path) -> None:
+def test_a_rank_set_does_not_take_the_indexes_for_traces(tmp_path: Path, indexed: None) -> None:
     for rank in (0, 1):
         TraceWriter(tmp_path / f"t.rank{rank}.jsonl", {"backend": "eager"}).close()
     assert (tmp_path / "t.rank0.jsonl.idx").exists()

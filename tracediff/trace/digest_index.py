@@ -1,4 +1,4 @@
-"""A trace's digest index: `t.jsonl.idx` beside `t.jsonl`, written with it, one entry per line after the header.
+"""A long trace's digest index: `t.jsonl.idx` beside `t.jsonl`, one entry per line after the header.
 
 An entry is three 64-bit integers:
 
@@ -8,27 +8,25 @@ An entry is three 64-bit integers:
              the same op at the same place, on arguments and with results of the same dtypes, shapes and
              fingerprints.
     place    crc32 of the same line up to its arguments (`"in":`): the op, module and source line.
-    end      where the line ends in the trace's text (decompressed), with the record's facts in the top byte
-             (`KEEP`, `NO_VALUE`, `IS_OP`).
+    end      where the line ends in the trace's text (decompressed), with the record's facts in the top byte.
 
 A diff of two long traces finds the stretches both hold alike by their digests without parsing them, and reads
-only the rest (diff/shortcut.py). The index is an accelerator: a trace without one, or with one that does not
-match it (`read_digest_index` checks the header line, the footer's record count and the end), is diffed the
-long way. Writing an entry costs about 3 us of the recording thread (BENCHMARKS.md, "Diffs at scale").
+only the rest (diff/shortcut.py). TraceWriter indexes a trace of `INDEX_FROM_RECORDS` records or more once it is
+closed, reading it back: a few microseconds a record, after the recorded program ended, and nothing for the short
+traces a diff reads whole anyway (writing the entries as the records went cost a recorded call 7-8% more).
+The index is an accelerator: a trace without one, or with one that does not match it (`read_digest_index` checks
+the header line, the footer's record count and the end), is diffed the long way.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tracediff.op_names import NO_VALUE_OPS, base_op
 from tracediff.outputs import INDEX_SUFFIX
@@ -62,75 +60,68 @@ def without_naming_numbers(line: bytes) -> bytes:
     return b"".join(_NAMING_NUMBERS.split(line))
 
 
-def line_entry(line: bytes, kind: str, no_value: bool, nonfinite: bool, end: int) -> tuple[int, int, int]:
-    """The index entry of one written line (`kind`: its record's `t`; `no_value`: an op that moves no values;
-    `nonfinite`: a NaN or Inf in a fingerprint)."""
+def line_entry(line: bytes, end: int) -> tuple[int, int, int]:
+    """The index entry of one line of a trace (ending at `end` in its text)."""
     named = without_naming_numbers(line)
     digest = zlib.crc32(named) | zlib.adler32(named) << 32
     cut = named.find(b',"in":')
     place = zlib.crc32(named[:cut] if cut >= 0 else named)
-    if kind == "op":
-        facts = IS_OP | (NO_VALUE if no_value else 0)
-    elif kind == "kernel":
-        facts = 0
-    else:
-        facts = KEEP | (FOOTER if kind == "footer" else CHECK if kind == "check" else 0)
-    if nonfinite:
+    return _signed(digest), place, end | line_facts(line) << _FACTS_SHIFT
+
+
+_KINDS = {b"op": IS_OP, b"kernel": 0, b"footer": KEEP | FOOTER, b"check": KEEP | CHECK}
+_KIND = re.compile(rb'\{"t":"(\w+)"')
+_OP_NAME = re.compile(rb'"op":"([^"]*)"')
+# A fingerprint writes its NaN and Inf counts as `"nan":N,"inf":N,`: a line has as many of the first as of these
+# with none (a fingerprint written otherwise counts as holding a NaN: its record is read, never left out).
+_NAN_COUNT = b'"nan":'
+_FINITE_COUNTS = b'"nan":0,"inf":0,'
+
+
+def line_facts(line: bytes) -> int:
+    """A line's facts, read off its text: its kind, an op that moves no values, a NaN or Inf."""
+    kind = _KIND.match(line)
+    facts = _KINDS.get(kind.group(1), KEEP) if kind else KEEP
+    if facts & IS_OP:
+        name = _OP_NAME.search(line, 0, 200)
+        if name and base_op(name.group(1).decode()) in NO_VALUE_OPS:
+            facts |= NO_VALUE
+    if line.count(_NAN_COUNT) != line.count(_FINITE_COUNTS):
         facts |= KEEP | NONFINITE
-    return _signed(digest), place, end | facts << _FACTS_SHIFT
-
-
-def has_nonfinite(record: Mapping[str, Any]) -> bool:
-    """Does a fingerprint of the record's tensors count a NaN or Inf?"""
-    for key in ("out", "in"):
-        for t in record.get(key) or ():
-            fp = t.get("fp")
-            if fp and (fp.get("nan") or fp.get("inf")):
-                return True
-    return False
+    return facts
 
 
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-class DigestIndexWriter:
-    """Entries for the lines a TraceWriter writes, appended to the index file at each flush."""
+# Bytes read at once while indexing; a record is about a kilobyte.
+_READ_BYTES = 1 << 24
 
-    def __init__(self, trace: Path, header_line: bytes) -> None:
-        self.path = index_path(trace)
-        self._file = open(self.path, "wb")
-        self._file.write(_HEAD.pack(_MAGIC, len(header_line), zlib.crc32(header_line)))
-        self._end = len(header_line)
-        self._entries = array("q")
 
-    def add(self, line: bytes, record: Mapping[str, Any]) -> None:
-        """The entry of `record`, written as `line`."""
-        self._end += len(line)
-        kind = record["t"]
-        no_value = kind == "op" and base_op(record["op"]) in NO_VALUE_OPS
-        self._entries.extend(line_entry(line, kind, no_value, has_nonfinite(record), self._end))
-
-    def flush(self) -> None:
-        if sys.byteorder == "big":  # the file's words are little-endian
-            self._entries.byteswap()
-        self._entries.tofile(self._file)
-        self._file.flush()
-        del self._entries[:]
-
-    def close(self) -> None:
-        if not self._file.closed:
-            self.flush()
-            self._file.close()
-
-    def silence_in_child(self) -> None:
-        """After a fork, in the child: what it would write goes to /dev/null (see TraceWriter.silence_in_child)."""
-        del self._entries[:]
-        null = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(null, self._file.fileno())
-        finally:
-            os.close(null)
+def write_digest_index(trace: Path) -> None:
+    """Index a complete trace: its lines read back, the index written beside it (whole, or not at all)."""
+    target = index_path(trace)
+    partial = target.with_name(target.name + ".partial")
+    with open_bytes(trace) as src, open(partial, "wb") as out:
+        header = src.readline()
+        out.write(_HEAD.pack(_MAGIC, len(header), zlib.crc32(header)))
+        end, rest = len(header), b""
+        while True:
+            chunk = src.read(_READ_BYTES)
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            lines, rest = data[:cut].splitlines(keepends=True), data[cut:]
+            entries = array("q")
+            for line in lines:
+                end += len(line)
+                entries.extend(line_entry(line, end))
+            if sys.byteorder == "big":  # the file's words are little-endian
+                entries.byteswap()
+            entries.tofile(out)
+            if not chunk:
+                break
+    partial.replace(target)
 
 
 @dataclass

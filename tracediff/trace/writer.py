@@ -12,7 +12,7 @@ from typing import IO, Any
 import orjson
 
 from tracediff.trace.compression import Compression, compression_for_name
-from tracediff.trace.digest_index import DigestIndexWriter
+from tracediff.trace.digest_index import index_path, write_digest_index
 from tracediff.trace.schema import FOOTER, HEADER, SCHEMA_VERSION
 from tracediff.trace.zstd_file import ZstdTraceFile
 
@@ -20,6 +20,10 @@ from tracediff.trace.zstd_file import ZstdTraceFile
 # lose the tail of a run killed by a signal. Every few hundred records is both.
 _FLUSH_EVERY = 256
 
+
+# From this many records a closed trace is indexed (trace/digest_index.py): about as many as make the 64 MiB from
+# which a diff looks for stretches alike (engine.py's SHORTCUT_BYTES), at about a kilobyte a record.
+INDEX_FROM_RECORDS = 50_000
 
 # Bytes buffered before a write to the file: the default (8 KiB, about ten records) made a system call
 # every few records, about 5 us per record averaged over them.
@@ -56,8 +60,8 @@ def _has_null_statistic(line: bytes) -> bool:
 
 
 class TraceWriter:
-    """Writes a header, then records as they come, then a footer on close; and the trace's digest index beside it
-    (trace/digest_index.py), which lets a diff of two long traces skip what both hold alike."""
+    """Writes a header, then records as they come, then a footer on close; a long trace's digest index beside it
+    once closed (trace/digest_index.py), which lets a diff of two long traces skip what both hold alike."""
 
     def __init__(self, path: str | os.PathLike[str], header: Mapping[str, Any]) -> None:
         self.path = Path(path)
@@ -65,11 +69,11 @@ class TraceWriter:
         self._file = _open_for_write(self.path)
         self._unflushed = 0
         self.records = 0
+        self._silenced = False  # a forked child's copy: it writes nothing, and indexes nothing
         self._json = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
-        header_line = self._encode({"t": HEADER, "schema": SCHEMA_VERSION, **header})
-        self._file.write(header_line)
+        self._write_line({"t": HEADER, "schema": SCHEMA_VERSION, **header})
         self._file.flush()
-        self._index = DigestIndexWriter(self.path, header_line)
+        index_path(self.path).unlink(missing_ok=True)  # an earlier trace's
 
     def _encode(self, obj: dict[str, Any]) -> bytes:
         # orjson is ~10x faster than json, but writes NaN/Infinity as null: a line
@@ -82,10 +86,11 @@ class TraceWriter:
             line = (self._json(obj) + "\n").encode("utf-8")
         return line
 
+    def _write_line(self, obj: dict[str, Any]) -> None:
+        self._file.write(self._encode(obj))
+
     def write(self, record: dict[str, Any]) -> None:
-        line = self._encode(record)
-        self._file.write(line)
-        self._index.add(line, record)
+        self._file.write(self._encode(record))
         self.records += 1
         self._unflushed += 1
         if self._unflushed >= _FLUSH_EVERY:
@@ -93,7 +98,6 @@ class TraceWriter:
 
     def flush(self) -> None:
         self._file.flush()
-        self._index.flush()
         self._unflushed = 0
 
     def close(self, footer: Mapping[str, Any] | None = None) -> None:
@@ -101,13 +105,13 @@ class TraceWriter:
         if self._file.closed:
             return
         line = self._encode({"t": FOOTER, "complete": True, "records": self.records, **(footer or {})})
-        self._index.add(line, {"t": FOOTER})
-        self._index.close()
         if isinstance(self._file, ZstdTraceFile):  # the footer in a frame of its own, found from the file's end
             self._file.close_with_last_line(line)
-            return
-        self._file.write(line)
-        self._file.close()
+        else:
+            self._file.write(line)
+            self._file.close()
+        if self.records >= INDEX_FROM_RECORDS and not self._silenced:
+            write_digest_index(self.path)
 
     def silence_in_child(self) -> None:
         """After a fork, in the child: send whatever this process writes to the file to /dev/null.
@@ -119,7 +123,7 @@ class TraceWriter:
         A zstd compressor is left alone for good (its worker threads stayed in
         the parent: `ZstdTraceFile.orphan_in_child`).
         """
-        self._index.silence_in_child()
+        self._silenced = True
         if isinstance(self._file, ZstdTraceFile):
             self._file.orphan_in_child()
         null = os.open(os.devnull, os.O_WRONLY)
@@ -132,4 +136,3 @@ class TraceWriter:
         """Close without a footer: the file reads back as truncated."""
         if not self._file.closed:
             self._file.close()
-            self._index.close()
