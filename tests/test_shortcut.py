@@ -214,6 +214,17 @@ def test_a_compressed_trace_has_its_index_and_diffs_by_it(pair: tuple[Path, dict
     assert all(index_path(c).exists() for c in copies)
     short = _diff(*copies, True, monkeypatch)
     assert _first(short)[:2] == (meta["planted"]["index_a"], meta["planted"]["index_b"])
+    # Read through (a compressed trace cannot seek), the kept records and the lines looked up are the plain one's.
+    (tmp_path / "p").mkdir()
+    (tmp_path / "z").mkdir()
+    kept_plain = shortcut_module._write_what_differs(folder / "a.jsonl", folder / "b.jsonl", tmp_path / "p", 2_000,
+                                                     None)
+    kept_zst = shortcut_module._write_what_differs(*copies, tmp_path / "z", 2_000, None)
+    assert kept_plain is not None and kept_zst is not None
+    assert (kept_plain.a.read_bytes(), kept_plain.b.read_bytes()) == (kept_zst.a.read_bytes(), kept_zst.b.read_bytes())
+    assert (kept_plain.op_lines_a, kept_plain.stretches, kept_plain.last_needed) == \
+           (kept_zst.op_lines_a, kept_zst.stretches, kept_zst.last_needed)
+    assert kept_plain.stretches and all(after is not None for _, after in kept_plain.stretches)
 
 
 def test_the_digest_leaves_out_sequence_numbers_and_tensor_ids_not_values() -> None:

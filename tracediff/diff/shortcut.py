@@ -25,6 +25,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from tracediff.diff.skeleton import op_line_key
 from tracediff.diff.verdict.divergence import DiffResult
@@ -158,7 +159,6 @@ class _Side:
 class _Plan:
     a: _Side
     b: _Side
-    stretches_left_out: list[Stretch]
     tail: tuple[int, int] | None
 
 
@@ -176,7 +176,7 @@ def _plan(ia: DigestIndex, ib: DigestIndex, tail_records: int) -> _Plan | None:
     for side in (a, b):
         side.kept = _complement(side.left_out, side.cut if side.cut is not None else len(side.index) - 1)
         side.kept.append((len(side.index) - 1, len(side.index)))  # the footer
-    return _Plan(a, b, left_out, tail)
+    return _Plan(a, b, tail)
 
 
 def _cut_tail(a: _Side, b: _Side, tail: tuple[int, int], tail_records: int) -> None:
@@ -208,39 +208,47 @@ def _complement(left_out: list[tuple[int, int]], end: int) -> list[tuple[int, in
 _INDEX_OF = re.compile(rb'\{"t":"\w+","i":(\d+)')
 
 
+# Bytes copied at once: kept ranges can be long (a tail read whole).
+_COPY_BYTES = 1 << 24
+
+
 def _write_kept(trace: Path, side: _Side, out: Path, wanted: set[int]) -> dict[int, bytes]:
-    """The trace's header and kept lines written to `out`, in one pass over the trace; returns the lines numbered
-    in `wanted` (kept or not)."""
+    """The trace's header and kept lines written to `out`; returns the lines numbered in `wanted` (kept or not). A
+    plain trace is read where it is kept; a compressed one, which cannot seek, is read through once."""
     index = side.index
-    # Kept ranges first where a wanted line starts one: its line is taken from the range.
-    spans = sorted([(lo, hi, True) for lo, hi in side.kept] + [(w, w + 1, False) for w in wanted],
-                   key=lambda span: (span[0], not span[2]))
-    wanted_sorted = sorted(wanted)
-    found: dict[int, bytes] = {}
+    spans = [(index.start(lo), index.start(hi)) for lo, hi in side.kept]
+    lines = {line: (index.start(line), index.start(line + 1)) for line in wanted}
     with open_bytes(trace) as src, open(out, "wb") as dst:
         dst.write(src.readline())
-        position = index.header_bytes
-        seekable = compression_of_file(trace) is Compression.NONE
-        for lo, hi, write in spans:
-            start, end = index.start(lo), index.start(hi)
-            if start < position:  # a wanted line inside a kept range: already read
-                continue
-            if seekable:
+        if compression_of_file(trace) is Compression.NONE:
+            for start, end in spans:
                 src.seek(start)
-            else:
-                _skip(src, start - position)
-            data = src.read(end - start)
-            position = end
-            if write:
-                dst.write(data)
-            for line in wanted_sorted[bisect.bisect_left(wanted_sorted, lo):bisect.bisect_left(wanted_sorted, hi)]:
-                found[line] = data[index.start(line) - start:index.start(line + 1) - start]
-    return found
+                for at in range(start, end, _COPY_BYTES):
+                    dst.write(src.read(min(_COPY_BYTES, end - at)))
+            found: dict[int, bytes] = {}
+            for line, (start, end) in lines.items():
+                src.seek(start)
+                found[line] = src.read(end - start)
+            return found
+        return _read_through(src, index.header_bytes, spans, lines, dst)
 
 
-def _skip(src: object, size: int) -> None:
-    while size > 0:
-        size -= len(src.read(min(size, 1 << 24)))  # type: ignore[attr-defined]
+def _read_through(src: IO[bytes], position: int, spans: list[tuple[int, int]], lines: dict[int, tuple[int, int]],
+                  dst: IO[bytes]) -> dict[int, bytes]:
+    """One pass over a stream from `position`: the byte ranges `spans` written to `dst`, the `lines` collected."""
+    pieces: dict[int, list[bytes]] = {line: [] for line in lines}
+    starts = [start for start, _ in spans]
+    while block := src.read(_COPY_BYTES):
+        block_end = position + len(block)
+        first = max(bisect.bisect_right(starts, position) - 1, 0)
+        for start, end in spans[first:bisect.bisect_left(starts, block_end)]:
+            if start < block_end and end > position:
+                dst.write(block[max(start, position) - position:min(end, block_end) - position])
+        for line, (start, end) in lines.items():
+            if start < block_end and end > position:
+                pieces[line].append(block[max(start, position) - position:min(end, block_end) - position])
+        position = block_end
+    return {line: b"".join(parts) for line, parts in pieces.items()}
 
 
 @dataclass
@@ -288,9 +296,14 @@ def _write_what_differs(path_a: Path, path_b: Path, folder: Path, tail_records: 
     # A's records left out whose place no kept record shares: the walk asks whether A computes an op at a line.
     places = a.index.places
     assert places is not None
-    kept_places = set().union(*(set(places[lo:hi]) for lo, hi in a.kept))
-    missing = set().union(*(set(places[lo:hi]) for lo, hi in a.left_out)) - kept_places
-    wanted = {places.index(place) for place in missing}
+    known = set().union(*(set(places[lo:hi]) for lo, hi in a.kept))
+    wanted: set[int] = set()
+    for lo, hi in a.left_out:
+        new = set(places[lo:hi]) - known
+        if new:
+            first = dict(zip(reversed(places[lo:hi]), range(hi - 1, lo - 1, -1)))  # each place's first line here
+            wanted.update(first[place] for place in new)
+            known |= new
     ends = [hi for _, hi in a.left_out]  # the first kept line after each stretch left out: its record index
     check_line = None if a.cut is None or plan.tail is None else plan.tail[0] + (a.cut - plan.tail[0]) * 3 // 4
     if progress is not None:
