@@ -103,6 +103,15 @@ def write_digest_index(trace: Path) -> None:
     """Index a complete trace: its lines read back, the index written beside it (whole, or not at all)."""
     target = index_path(trace)
     partial = target.with_name(target.name + ".partial")
+    try:
+        _write_entries(trace, partial)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(target)
+
+
+def _write_entries(trace: Path, partial: Path) -> None:
     with open_bytes(trace) as src, open(partial, "wb") as out:
         header = src.readline()
         out.write(_HEAD.pack(_MAGIC, len(header), zlib.crc32(header)))
@@ -121,7 +130,6 @@ def write_digest_index(trace: Path) -> None:
             entries.tofile(out)
             if not chunk:
                 break
-    partial.replace(target)
 
 
 @dataclass

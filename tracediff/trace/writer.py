@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +25,8 @@ _FLUSH_EVERY = 256
 # From this many records a closed trace is indexed (trace/digest_index.py): about as many as make the 64 MiB from
 # which a diff looks for stretches alike (engine.py's SHORTCUT_BYTES), at about a kilobyte a record.
 INDEX_FROM_RECORDS = 50_000
+# From this many records indexing takes ten seconds or more: it is said.
+_SAY_INDEXING_FROM = 1_000_000
 
 # Bytes buffered before a write to the file: the default (8 KiB, about ten records) made a system call
 # every few records, about 5 us per record averaged over them.
@@ -111,7 +114,19 @@ class TraceWriter:
             self._file.write(line)
             self._file.close()
         if self.records >= INDEX_FROM_RECORDS and not self._silenced:
+            self._index()
+
+    def _index(self) -> None:
+        """The closed trace's digest index. An accelerator of later diffs: a trace without one still diffs, so a
+        failure to write it (a full disk) is said, not raised."""
+        if self.records >= _SAY_INDEXING_FROM:
+            print(f"tracediff: indexing {self.path} ({self.records:,} records) for long diffs", file=sys.stderr,
+                  flush=True)
+        try:
             write_digest_index(self.path)
+        except OSError as e:
+            print(f"tracediff: {self.path}: no digest index written ({e}); a diff reads the whole trace",
+                  file=sys.stderr, flush=True)
 
     def silence_in_child(self) -> None:
         """After a fork, in the child: send whatever this process writes to the file to /dev/null.
