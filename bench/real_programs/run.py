@@ -39,6 +39,11 @@ KNOWN = {
         "diverged", "a bias gradient of the second step 1.2x apart after BatchNorm: float32 rounding of the first "
         "steps, which fused AdamW scales to lr whatever the gradient's size, then averaged into the SWA copy; the "
         "traces alone cannot tell that from a fault; with --calibrate it matches (CPU and H200), and judged it matches"),
+    ("hf_segformer_seg", "trace-only"): (
+        "diverged", "on CUDA only (BENCHMARKS.md item 26): the decoder's bilinear upsampling is one Triton kernel "
+        "(index, sub, mul, add) where eager runs aten::upsample_bilinear2d's own kernel; their rounding differs "
+        "and a matmul after the concatenation takes it past the tolerance; with --calibrate it matches (H200), "
+        "and judged it matches"),
     ("ema_distill", "trace-only"): (
         "diverged", "the teacher starts equal to the student, so the loss is 0 and the gradients are rounding "
         "noise that AdamW's first step scales to lr; without the judge the traces cannot tell that from a fault"),
