@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -56,3 +58,15 @@ class TraceBuilder:
     def close(self) -> Path:
         self.writer.close({"ops": self.seq, "compile_calls": self.compile_calls, "error": None})
         return self.path
+
+
+BENCH_SYNTH = Path(__file__).resolve().parents[1] / "bench" / "synth.py"
+
+
+def bench_synth() -> ModuleType:
+    """bench/synth.py, the diff-scale benchmark's generator of trace pairs (bench/ is no package)."""
+    spec = importlib.util.spec_from_file_location("bench_synth", BENCH_SYNTH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

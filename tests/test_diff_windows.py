@@ -8,13 +8,11 @@ The windows and the in-memory limit are shrunk so that a small pair crosses seve
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import subprocess
 import sys
 from array import array
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,27 +22,19 @@ import tracediff.diff.engine as engine_module
 import tracediff.diff.skeleton as skeleton_module
 import tracediff.diff.verdict.walk as walk_module
 from tests.conftest import invoke
+from tests.synth import bench_synth
 from tracediff.config import Config
 from tracediff.diff.align import OP_TIER, VALUE_TIER, align, align_in_windows
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.skeleton import KEY_COLUMNS, Skeleton, build_skeleton
 
-BENCH_SYNTH = Path(__file__).resolve().parents[1] / "bench" / "synth.py"
 RECORDS = 12_000
-
-
-def _bench_synth() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_synth", BENCH_SYNTH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     folder = tmp_path_factory.mktemp("synth")
-    meta = _bench_synth().generate(folder, RECORDS, edits=30)
+    meta = bench_synth().generate(folder, RECORDS, edits=30)
     return folder / "a.jsonl", folder / "b.jsonl", meta
 
 

@@ -7,11 +7,9 @@ scattered insertions and deletions, and one planted value divergence from which 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from array import array
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import orjson
@@ -22,7 +20,7 @@ import tracediff.diff.engine as engine_module
 import tracediff.diff.shortcut as shortcut_module
 import tracediff.diff.verdict.walk as walk_module
 import tracediff.trace.writer as writer_module
-from tests.synth import TraceBuilder
+from tests.synth import TraceBuilder, bench_synth
 from tracediff.config import Config
 from tracediff.diff.engine import diff_traces
 from tracediff.diff.shortcut import identical_stretches
@@ -40,16 +38,7 @@ from tracediff.trace.digest_index import (
 from tracediff.trace.reader import read_footer
 from tracediff.trace.writer import TraceWriter
 
-BENCH_SYNTH = Path(__file__).resolve().parents[1] / "bench" / "synth.py"
 RECORDS = 20_000
-
-
-def _bench_synth() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_synth", BENCH_SYNTH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +46,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]
     folder = tmp_path_factory.mktemp("pair")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(writer_module, "INDEX_FROM_RECORDS", 0)  # indexed, though shorter than traces that are
-        return folder, _bench_synth().generate(folder, RECORDS, edits=40)
+        return folder, bench_synth().generate(folder, RECORDS, edits=40)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import math
 import re
 import tempfile
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -147,12 +147,9 @@ class _Side:
     left_out: list[tuple[int, int]] = field(default_factory=list)
     cut: int | None = None  # where reading stops (a tail read in part)
 
-    def counts_left_out(self) -> tuple[int, int]:
-        """Alignable records and ops left out."""
-        facts = self.index.facts
-        alignable = sum(facts[lo:hi].translate(_ALIGNABLE_TABLE).count(1) for lo, hi in self.left_out)
-        ops = sum(facts[lo:hi].translate(_OP_TABLE).count(1) for lo, hi in self.left_out)
-        return alignable, ops
+    def left_out_counts(self, table: bytes) -> list[int]:
+        """Per stretch left out, its records whose facts `table` maps to 1."""
+        return [self.index.facts[lo:hi].translate(table).count(1) for lo, hi in self.left_out]
 
 
 @dataclass
@@ -285,6 +282,8 @@ def diff_by_shortcut(path_a: Path, path_b: Path, diff_files: DiffFiles,
 
 def _write_what_differs(path_a: Path, path_b: Path, folder: Path, tail_records: int,
                         progress: Progress | None) -> _Kept | None:
+    """Both traces' kept records written to `folder`, and what the result will need of the rest; None where the
+    traces have no index or too little alike."""
     ia = read_digest_index(path_a, (read_footer(path_a) or {}).get("records"), places=True)
     ib = read_digest_index(path_b, (read_footer(path_b) or {}).get("records"))
     if ia is None or ib is None:
@@ -293,17 +292,7 @@ def _write_what_differs(path_a: Path, path_b: Path, folder: Path, tail_records: 
     if plan is None:
         return None
     a, b = plan.a, plan.b
-    # A's records left out whose place no kept record shares: the walk asks whether A computes an op at a line.
-    places = a.index.places
-    assert places is not None
-    known = set().union(*(set(places[lo:hi]) for lo, hi in a.kept))
-    wanted: set[int] = set()
-    for lo, hi in a.left_out:
-        new = set(places[lo:hi]) - known
-        if new:
-            first = dict(zip(reversed(places[lo:hi]), range(hi - 1, lo - 1, -1)))  # each place's first line here
-            wanted.update(first[place] for place in new)
-            known |= new
+    wanted = _places_only_left_out(a)
     ends = [hi for _, hi in a.left_out]  # the first kept line after each stretch left out: its record index
     check_line = None if a.cut is None or plan.tail is None else plan.tail[0] + (a.cut - plan.tail[0]) * 3 // 4
     if progress is not None:
@@ -313,12 +302,28 @@ def _write_what_differs(path_a: Path, path_b: Path, folder: Path, tail_records: 
     kept_a, kept_b = folder / "a.jsonl", folder / "b.jsonl"
     found = _write_kept(path_a, a, kept_a, wanted | set(ends) | ({check_line} if check_line is not None else set()))
     _write_kept(path_b, b, kept_b, set())
-    alignable_a, ops_a = a.counts_left_out()
-    alignable_b, ops_b = b.counts_left_out()
+    alignable_a = a.left_out_counts(_ALIGNABLE_TABLE)
     return _Kept(kept_a, kept_b, {op_line_key(parse_line(found[line])) for line in wanted},
-                 (alignable_a, alignable_b), (ops_a, ops_b),
-                 [(count, _index_of(found.get(end, b""))) for count, end in zip(_alignable_counts(a), ends)],
+                 (sum(alignable_a), sum(b.left_out_counts(_ALIGNABLE_TABLE))),
+                 (sum(a.left_out_counts(_OP_TABLE)), sum(b.left_out_counts(_OP_TABLE))),
+                 [(count, _index_of(found.get(end, b""))) for count, end in zip(alignable_a, ends)],
                  None if check_line is None else _last_needed(found.get(check_line, b"")))
+
+
+def _places_only_left_out(side: _Side) -> set[int]:
+    """A line of each place (op, module, source line) that only records left out have: the walk asks whether A
+    computes an op at a line, so those lines are read for their ops."""
+    places = side.index.places
+    assert places is not None
+    known = set().union(*(set(places[lo:hi]) for lo, hi in side.kept))
+    lines: set[int] = set()
+    for lo, hi in side.left_out:
+        new = set(places[lo:hi]) - known
+        if new:
+            first = dict(zip(reversed(places[lo:hi]), range(hi - 1, lo - 1, -1)))  # each place's first line here
+            lines.update(first[place] for place in new)
+            known |= new
+    return lines
 
 
 def _last_needed(line: bytes) -> int:
@@ -343,8 +348,3 @@ def _add_back(result: DiffResult, path_a: Path, path_b: Path, kept: _Kept) -> No
     for count, after in kept.stretches:
         if result.read_to is None or (after is not None and after <= result.read_to):
             result.compared += count
-
-
-def _alignable_counts(side: _Side) -> Iterator[int]:
-    for lo, hi in side.left_out:
-        yield side.index.facts[lo:hi].translate(_ALIGNABLE_TABLE).count(1)
