@@ -69,7 +69,7 @@ def _probe(directory: Path, what: str) -> None:
 TRACE_SUFFIX = ".jsonl"
 COMPRESSED_TRACE_SUFFIX = ".jsonl.zst"  # what `--compress` writes
 TRACE_SUFFIXES = (".jsonl.gz", COMPRESSED_TRACE_SUFFIX, TRACE_SUFFIX)
-# The digest index written beside each trace: `t.jsonl` -> `t.jsonl.idx` (trace/digest_index.py).
+# The digest index written beside a long trace: `t.jsonl` -> `t.jsonl.idx` (trace/digest_index.py).
 INDEX_SUFFIX = ".idx"
 
 

@@ -11,6 +11,7 @@ import tempfile
 import time
 from array import array
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def diff_traces(path_a: str | Path, path_b: str | Path, config: Config, *,
 
 def _diff_files(path_a: str | Path, path_b: str | Path, config: Config, *, sample: AlignmentSample | None = None,
                 noise_trace: str | Path | None = None, progress: Progress | None = None,
-                op_lines_a: set[int] = frozenset()) -> DiffResult:  # type: ignore[assignment]
+                op_lines_a: AbstractSet[int] = frozenset()) -> DiffResult:
     """The diff of two whole files. `op_lines_a`: ops A computes by line in records not in its file (shortcut.py)."""
     a, b, partner, tier = aligned_skeletons(path_a, path_b, progress)
     a.release_keys()
