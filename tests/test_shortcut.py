@@ -181,6 +181,14 @@ def test_only_a_long_trace_is_indexed_once_closed_and_a_forked_copy_indexes_noth
         writer.abandon() if ends == "abandon" else writer.close()
         indexed = read_digest_index(path, (read_footer(path) or {}).get("records"))
         assert index_path(path).exists() == (indexed is not None) == (records == 3 and ends == "close"), path.name
+    # Any compression the writer writes is indexed, and the index read back.
+    for name in ("t.jsonl.gz", "t.jsonl.zst"):
+        writer = TraceWriter(tmp_path / name, {"backend": "eager"})
+        for _ in range(3):
+            writer.write(record)
+        writer.close()
+        index = read_digest_index(tmp_path / name, 3)
+        assert index is not None and len(index) == 4 and index.facts[0] == IS_OP, name
     # A trace written again where a long one was: the earlier index goes.
     writer = TraceWriter(tmp_path / "3-close.jsonl", {"backend": "eager"})
     assert not index_path(tmp_path / "3-close.jsonl").exists()
