@@ -202,9 +202,6 @@ def _complement(left_out: list[tuple[int, int]], end: int) -> list[tuple[int, in
     return kept
 
 
-_INDEX_OF = re.compile(rb'\{"t":"\w+","i":(\d+)')
-
-
 # Bytes copied at once: kept ranges can be long (a tail read whole).
 _COPY_BYTES = 1 << 24
 
@@ -332,7 +329,11 @@ def _last_needed(line: bytes) -> int:
     return -1 if index is None else index
 
 
+_INDEX_OF = re.compile(rb'\{"t":"\w+","i":(\d+)')
+
+
 def _index_of(line: bytes) -> int | None:
+    """The record index a line starts with (`{"t":"op","i":7,...`), if it has one."""
     match = _INDEX_OF.match(line)
     return int(match.group(1)) if match else None
 

@@ -62,12 +62,7 @@ def estimated_text_bytes(path: str | Path) -> int:
 
 def open_text(path: Path) -> IO[str]:
     """The file's lines as text, decompressed as its first bytes say."""
-    kind = compression_of_file(path)
-    if kind is Compression.GZIP:
-        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-    if kind is Compression.ZSTD:
-        return io.TextIOWrapper(io.BufferedReader(_ZstdReader(path), _READ_BYTES), encoding="utf-8", errors="strict")
-    return open(path, encoding="utf-8", errors="strict")
+    return io.TextIOWrapper(open_bytes(path), encoding="utf-8", errors="strict")
 
 
 def open_bytes(path: Path) -> IO[bytes]:
